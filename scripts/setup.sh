@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# One-time set-up for running models on this machine: madengine itself and a Docker engine with
+# the local base image the bundled example models build FROM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q -e '.[all]'
+bash scripts/docker-up.sh

@@ -1,0 +1,3 @@
+from madengine.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Tag selection.
+
+A tag is ``selector[:key=value[:key2=value2...]]``.
+
+* ``all`` selects every model; otherwise a selector matches a model's name or one of its tags.
+* ``<dir>/<filter>`` selects inside ``scripts/<dir>`` only: ``<dir>/all``, a tag of those models,
+  or the model ``<dir>/<name>`` itself.
+* ``key=value`` pieces become ``--key value`` on the model's args (a piece without ``=`` becomes
+  ``--key``) and are also given to the run as environment variables and build arguments.
+* Several tags (``--tags a b`` or ``--tags a,b``) select the union, de-duplicated, in catalog order.
+* A tag that selects nothing is an error naming the tag, with close matches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Iterable
+
+from madengine.catalog.schema import Model
+from madengine.catalog.sources import Catalog
+from madengine.core.errors import CatalogError, UnknownTagError
+
+
+@dataclasses.dataclass(frozen=True)
+class TagSpec:
+    text: str
+    selector: str
+    scope: str | None
+    filter: str
+    configs: tuple[tuple[str, str], ...]
+
+    def matches(self, model: Model) -> bool:
+        if self.scope is not None:
+            if model.scope != self.scope:
+                return False
+            return self.filter == "all" or self.filter in model.tags or model.name == self.selector
+        return self.selector == "all" or model.name == self.selector or self.selector in model.tags
+
+
+def split_tags(values: Iterable[str]) -> list[str]:
+    """``['a,b', 'c']`` → ``['a', 'b', 'c']`` (blank pieces dropped)."""
+    out: list[str] = []
+    for value in values:
+        out.extend(piece.strip() for piece in value.split(",") if piece.strip())
+    return out
+
+
+def parse_tag(text: str) -> TagSpec:
+    pieces = text.split(":")
+    selector = pieces[0].strip()
+    if not selector:
+        raise CatalogError(f"tag '{text}' has no model or tag name before ':'", path="--tags")
+    configs = []
+    for piece in pieces[1:]:
+        piece = piece.strip()
+        if not piece:
+            raise CatalogError(f"tag '{text}' has an empty ':' piece", path="--tags",
+                               hint="write name:key=value:key2=value2")
+        key, sep, value = piece.partition("=")
+        key = key.strip()
+        if not key or not all(c.isalnum() or c in "-_." for c in key):
+            raise CatalogError(f"tag '{text}' has a bad config key '{key}'", path="--tags",
+                               hint="keys are letters, digits, '-', '_' or '.'")
+        configs.append((key, value.strip() if sep else ""))
+    scope = None
+    filter_ = selector
+    if selector.count("/") == 1:
+        scope, filter_ = selector.split("/")
+    return TagSpec(text=text, selector=selector, scope=scope, filter=filter_, configs=tuple(configs))
+
+
+def _suggest(tag: str, catalog: Catalog) -> list[str]:
+    vocabulary = {m.name for m in catalog.models}
+    for model in catalog.models:
+        vocabulary.update(model.tags)
+    return difflib.get_close_matches(tag, sorted(vocabulary), n=3, cutoff=0.6)
+
+
+def select_models(catalog: Catalog, tags: Iterable[str]) -> list[Model]:
+    """The models selected by ``tags`` (see module docstring), each a fresh copy."""
+    specs = [parse_tag(t) for t in split_tags(tags)]
+    chosen: dict[str, list[tuple[str, str]]] = {}
+    for spec in specs:
+        hits = [m for m in catalog.models if spec.matches(m)]
+        if not hits:
+            raise UnknownTagError(spec.selector, _suggest(spec.selector, catalog))
+        for model in hits:
+            configs = chosen.setdefault(model.name, [])
+            configs.extend(c for c in spec.configs if c not in configs)
+    selected = []
+    for model in catalog.models:
+        if model.name in chosen:
+            copy = dataclasses.replace(model, tags=list(model.tags), extra=dict(model.extra),
+                                       tag_configs=list(chosen[model.name]))
+            selected.append(catalog.refresh_dynamic(copy))
+    return selected

@@ -1,0 +1,176 @@
+"""Loading the model catalog from its three sources.
+
+1. ``<root>/models.json``: entries used as they are.
+2. ``<root>/scripts/<dir>/models.json``: names become ``<dir>/<name>``; ``dockerfile``,
+   ``scripts`` and ``onnx`` are re-rooted to ``scripts/<dir>/<value>``.
+3. ``<root>/scripts/<dir>/get_models_json.py``: ``list_models()`` returns ``CustomModel`` objects;
+   names become ``<dir>/<name>``; ``update_model()`` is called when a model is selected.
+
+``root`` is ``MODEL_DIR`` when set, else the current directory; nothing is copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import posixpath
+import sys
+from pathlib import Path
+from typing import Any
+
+from madengine.catalog.custom import CustomModel
+from madengine.catalog.schema import Model, model_from_entry
+from madengine.core.errors import CatalogError
+
+_REROOTED = ("dockerfile", "scripts", "onnx")
+
+
+@dataclasses.dataclass
+class Catalog:
+    root: Path
+    models: list[Model]
+    #: name → the CustomModel behind a dynamic entry (for ``update_model()`` on selection)
+    dynamic: dict[str, CustomModel] = dataclasses.field(default_factory=dict)
+
+    def refresh_dynamic(self, model: Model) -> Model:
+        """Call ``update_model()`` of a dynamic entry and rebuild the entry from it."""
+        custom = self.dynamic.get(model.name)
+        if custom is None:
+            return model
+        source = model.source
+        try:
+            custom.update_model()
+            fresh = _custom_to_model(custom, model.scope, source)
+        except CatalogError:
+            raise
+        except Exception as exc:  # the repository's own code failed
+            raise CatalogError(f"update_model() of '{model.name}' raised {type(exc).__name__}: {exc}",
+                               path=source, hint="fix the model repository's get_models_json.py") from exc
+        fresh.tag_configs = list(model.tag_configs)
+        return fresh
+
+
+def model_root() -> Path:
+    """The model repository root: ``MODEL_DIR`` when set, else the current directory."""
+    return Path(os.environ.get("MODEL_DIR") or ".").resolve()
+
+
+def _read_json(path: Path, root: Path) -> Any:
+    shown = _shown(path, root)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
+                           hint="fix the JSON syntax") from None
+    except UnicodeDecodeError:
+        raise CatalogError("not UTF-8 text", path=shown) from None
+    except OSError as exc:
+        raise CatalogError(f"cannot read ({exc.strerror})", path=shown) from None
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _entries(data: Any, shown: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise CatalogError(f"must hold a JSON array of model objects, got {type(data).__name__}", path=shown)
+    return data
+
+
+def _reroot(model: Model, scope: str) -> Model:
+    model.name = f"{scope}/{model.name}"
+    model.scope = scope
+    for field in _REROOTED:
+        value = getattr(model, field)
+        if value:
+            setattr(model, field, posixpath.normpath(posixpath.join("scripts", scope, value)))
+    return model
+
+
+def _custom_to_model(custom: Any, scope: str, source: str) -> Model:
+    if not isinstance(custom, CustomModel):
+        raise CatalogError(f"list_models() returned a {type(custom).__name__}, not a CustomModel", path=source,
+                           hint="return madengine.utils.discover_models.CustomModel objects")
+    entry = custom.to_dict()
+    if not isinstance(entry, dict):
+        raise CatalogError(f"to_dict() of '{custom.name}' returned {type(entry).__name__}, not a dict", path=source)
+    return _reroot(model_from_entry(entry, source=source), scope)
+
+
+def _load_dynamic(path: Path, scope: str, root: Path) -> list[tuple[Model, CustomModel]]:
+    shown = _shown(path, root)
+    module_name = f"_madengine_models_{scope.replace('-', '_').replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise CatalogError("cannot be imported", path=shown)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+        list_models = getattr(module, "list_models", None)
+        if not callable(list_models):
+            raise CatalogError("defines no list_models() function", path=shown,
+                               hint="define list_models() returning a list of CustomModel")
+        result = list_models()
+    except CatalogError:
+        raise
+    except Exception as exc:  # arbitrary code of the model repository
+        raise CatalogError(f"raised {type(exc).__name__}: {exc}", path=shown,
+                           hint="fix the model repository's get_models_json.py") from exc
+    finally:
+        sys.modules.pop(module_name, None)
+    if not isinstance(result, (list, tuple)):
+        raise CatalogError(f"list_models() returned {type(result).__name__}, not a list", path=shown,
+                           hint="return a list of CustomModel objects")
+    return [(_custom_to_model(custom, scope, shown), custom) for custom in result]
+
+
+def load_catalog(root: Path | None = None) -> Catalog:
+    """Read every source under ``root`` into a :class:`Catalog` (raises :class:`CatalogError`)."""
+    root = Path(root) if root is not None else model_root()
+    if not root.is_dir():
+        raise CatalogError("model repository folder not found", path=str(root), hint="check MODEL_DIR")
+    models: list[Model] = []
+    dynamic: dict[str, CustomModel] = {}
+    root_json = root / "models.json"
+    scripts_dir = root / "scripts"
+    if root_json.is_file():
+        shown = _shown(root_json, root)
+        for index, entry in enumerate(_entries(_read_json(root_json, root), shown)):
+            models.append(model_from_entry(entry, source=shown, index=index))
+    elif not scripts_dir.is_dir():
+        raise CatalogError("no models.json and no scripts/ folder here", path=str(root),
+                           hint="run from a model repository or set MODEL_DIR to one")
+    if scripts_dir.is_dir():
+        with os.scandir(scripts_dir) as entries:
+            subdirs = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith((".", "_")))
+        for scope in subdirs:
+            folder = scripts_dir / scope
+            json_path = folder / "models.json"
+            py_path = folder / "get_models_json.py"
+            has_json, has_py = json_path.is_file(), py_path.is_file()
+            if has_json and has_py:
+                raise CatalogError("has both models.json and get_models_json.py", path=_shown(folder, root),
+                                   hint="keep one of the two")
+            if has_json:
+                shown = _shown(json_path, root)
+                for index, entry in enumerate(_entries(_read_json(json_path, root), shown)):
+                    models.append(_reroot(model_from_entry(entry, source=shown, index=index), scope))
+            elif has_py:
+                for model, custom in _load_dynamic(py_path, scope, root):
+                    models.append(model)
+                    dynamic[model.name] = custom
+    seen: dict[str, str] = {}
+    for model in models:
+        if model.name in seen:
+            raise CatalogError(f"model name '{model.name}' is defined twice (also in {seen[model.name]})",
+                               path=model.source, hint="model names must be unique")
+        seen[model.name] = model.source
+    return Catalog(root=root, models=models, dynamic=dynamic)

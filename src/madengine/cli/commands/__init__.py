@@ -1,0 +1,1 @@
+"""One module per subcommand: ``add_parser(subparsers)`` and ``handle(args, env)``."""

@@ -1,0 +1,39 @@
+"""madengine discover: list the models the tags select."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from madengine.cli.env import Environment
+from madengine.core.errors import ExitStatus
+
+
+def add_tags_argument(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    parser.add_argument("--tags", "-t", nargs="+", action="extend", default=[], required=required, metavar="TAG",
+                        help="model names or tags; 'all', '<dir>/<model>', '<dir>/all', 'name:key=value'; "
+                             "space- or comma-separated")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("discover", help="list models of the catalog selected by tags",
+                                   description="List the models the tags select (all models without --tags).")
+    add_tags_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print a JSON array of the model objects on stdout")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.catalog import load_catalog, select_models
+
+    catalog = load_catalog()
+    models = select_models(catalog, args.tags) if args.tags else catalog.models
+    if args.json:
+        env.data(json.dumps([m.to_dict() for m in models], indent=1))
+        return ExitStatus.OK
+    from madengine.cli.render import table
+
+    rows = [(m.name, ",".join(m.tags), m.dockerfile, m.scripts, m.run_args) for m in models]
+    env.data(table(("name", "tags", "dockerfile", "scripts", "args"), rows))
+    env.message(f"{len(models)} model(s) in {catalog.root}")
+    return ExitStatus.OK

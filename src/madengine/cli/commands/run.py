@@ -1,0 +1,154 @@
+"""madengine run: build and run the selected models, record one perf row per result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from madengine.cli.commands.discover import add_tags_argument
+from madengine.cli.env import Environment
+from madengine.core.errors import ExitStatus, InputError
+
+
+def _timeout(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of seconds") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError("must be -1 (model/default), 0 (never) or a positive number of seconds")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"'{text}' is not true/false")
+
+
+def add_context_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--additional-context", "-c", default=None, metavar="DICT",
+                        help="context overrides as JSON or a Python dict literal, e.g. \"{'gpu_vendor': 'AMD'}\"")
+    parser.add_argument("--additional-context-file", "-f", default=None, metavar="FILE",
+                        help="context overrides from a JSON file (applied before --additional-context)")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    add_tags_argument(parser)
+    parser.add_argument("--timeout", type=_timeout, default=-1, metavar="SECONDS",
+                        help="limit for each model script: -1 = the model's 'timeout' or 7200 s (default), 0 = never")
+    parser.add_argument("--live-output", "-l", action="store_true", help="stream model and build output to stderr")
+    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
+    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+    add_context_arguments(parser)
+    parser.add_argument("--generate-sys-env-details", nargs="?", const=True, default=False, type=_bool,
+                        metavar="BOOL", help="collect host and container environment details into the run's artifacts")
+    parser.add_argument("--keep-alive", action="store_true", help="keep containers (and work folders) after the run")
+    parser.add_argument("--keep-model-dir", action="store_true", help="keep each model's work folder after the run")
+    parser.add_argument("--skip-model-run", action="store_true", help="build images only; rows are SKIPPED")
+    parser.add_argument("--disable-skip-gpu-arch", action="store_true", help="run models despite their skip_gpu_arch")
+    parser.add_argument("-o", "--output", default="perf.csv", metavar="CSV", help="perf.csv to append results to")
+    parser.add_argument("--executor", choices=("auto", "docker", "local", "slurm"), default="auto",
+                        help="where models run: docker (default when an engine answers), local, or slurm")
+    parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
+                        help="folder for per-run logs and artifacts (default: madengine_runs)")
+    parser.add_argument("--data-config-file-name", default="data.json", metavar="FILE", help="data provider config")
+    parser.add_argument("--tools-json-file-name", default=None, metavar="FILE",
+                        help="tools config (default: tools.json of the model repository)")
+    parser.add_argument("--force-mirror-local", default=None, metavar="DIR",
+                        help="mirror every non-local data provider's data into DIR and reuse it")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("run", help="build and run models, record their performance",
+                                   description="Build each selected model's image, run it, and append one row per "
+                                               "result to perf.csv. Exit 1 when any model failed.")
+    add_run_arguments(parser)
+    parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
+    parser.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
+    parser.set_defaults(handler=handle)
+
+
+def options_from_args(args: argparse.Namespace, argv_text: str):
+    from madengine.execution import RunOptions
+
+    return RunOptions(
+        tags=args.tags, timeout=None if args.timeout == -1 else args.timeout, live_output=args.live_output,
+        clean_docker_cache=args.clean_docker_cache, pull=args.pull, context_file=args.additional_context_file,
+        context_string=args.additional_context, generate_sys_env_details=args.generate_sys_env_details,
+        keep_alive=args.keep_alive, keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
+        disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
+        data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
+        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), command_line=argv_text,
+    )
+
+
+class CliReporter:
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    def message(self, text: str) -> None:
+        self.env.message(text)
+
+    def output(self, key: str, line: str) -> None:
+        print(f"[{key}] {line}", file=self.env.stderr, flush=True)
+
+
+def print_summary(env: Environment, records) -> None:
+    from madengine.cli.render import table
+
+    rows = []
+    for r in records:
+        perf = f"{r.performance:g}" if isinstance(r.performance, float) else (r.performance or "")
+        duration = f"{r.test_duration:.2f}" if isinstance(r.test_duration, float) else ""
+        rows.append((r.model, r.docker_image or r.executor, r.status, perf, r.metric, duration, r.reason))
+    print(table(("model", "image", "status", "performance", "metric", "test_s", "reason"), rows, max_width=70),
+          file=env.stderr, flush=True)
+
+
+def exit_status(summary) -> ExitStatus:
+    if summary.interrupted:
+        return ExitStatus.INTERRUPTED
+    return ExitStatus.FAILED if summary.failed else ExitStatus.OK
+
+
+def write_html(env: Environment, perf_csv: Path) -> None:
+    from madengine.core.errors import MadEngineError
+    from madengine.reports.html import csv_to_html
+
+    try:
+        page = csv_to_html(perf_csv)
+        env.message(f"madengine: report written to {page}")
+    except MadEngineError as exc:  # a report problem never hides the run's own result
+        env.message(f"madengine: warning: perf.html not written: {exc}")
+
+
+def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    if not args.tags:
+        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
+    argv_text = " ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]])
+    options = options_from_args(args, argv_text)
+    if args.executor == "slurm":
+        from madengine.distributed.slurm import run_on_slurm
+
+        summary = run_on_slurm(options, args, CliReporter(env))
+    else:
+        from madengine.execution import run_models
+
+        summary = run_models(options, CliReporter(env))
+    print_summary(env, summary.records)
+    if summary.records and not args.no_html:
+        write_html(env, summary.perf_csv)
+    if args.json:
+        env.data(json.dumps(summary.to_json(), indent=1, default=str))
+    status = exit_status(summary)
+    counts = summary.to_json()["counts"]
+    env.message(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
+                f"rows in {summary.perf_csv}; logs in {summary.run_dir}")
+    return status

@@ -1,0 +1,33 @@
+"""The environment a command runs in: its streams and variables.
+
+Injected so that the CLI runs in-process in tests exactly as it does in a shell.
+Data goes to ``stdout``; progress and messages go to ``stderr``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Mapping, TextIO
+
+
+@dataclasses.dataclass
+class Environment:
+    stdout: TextIO = dataclasses.field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
+    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: os.environ)
+    quiet: bool = False
+
+    def message(self, text: str) -> None:
+        """A progress line or notice, on stderr."""
+        if not self.quiet:
+            print(text, file=self.stderr, flush=True)
+
+    def data(self, text: str) -> None:
+        """Machine- or human-readable output of the command, on stdout."""
+        print(text, file=self.stdout, flush=True)
+
+    @property
+    def debug(self) -> bool:
+        return self.environ.get("MADENGINE_DEBUG", "") not in ("", "0", "false", "False")

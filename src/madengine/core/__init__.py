@@ -1,0 +1,1 @@
+"""Shared foundations: typed errors, exit statuses, secret redaction."""

@@ -1,0 +1,91 @@
+"""Typed errors with the data needed to render them as one line, and the process exit statuses.
+
+Core modules raise these; only the CLI renders them (once) and turns them into an exit status.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit statuses of every ``madengine`` command (documented in ``--help``)."""
+
+    OK = 0  #: everything selected ran (or was skipped on purpose) and succeeded
+    FAILED = 1  #: at least one model, build, task or check failed; results were recorded
+    BAD_INPUT = 2  #: bad usage or input: flags, files, JSON, tags, context, credentials, services
+    INTERNAL = 3  #: a bug in madengine (unexpected exception); run with --debug for the traceback
+    INTERRUPTED = 130  #: stopped by Ctrl-C; everything finished before it was recorded
+
+
+class MadEngineError(Exception):
+    """Base of every error madengine raises on purpose.
+
+    ``path`` names the file (or flag) at fault, ``field`` the model/field/key inside it, and
+    ``hint`` says what to do. ``str()`` gives the one line the CLI prints.
+    """
+
+    exit_status = ExitStatus.BAD_INPUT
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.field = field
+        self.hint = hint
+
+    def __str__(self) -> str:
+        where = ": ".join(str(p) for p in (self.path, self.field) if p)
+        text = f"{where}: {self.message}" if where else self.message
+        if self.hint:
+            text = f"{text} ({self.hint})"
+        return text
+
+
+class InputError(MadEngineError):
+    """Bad user input: a flag value, a file, a JSON document."""
+
+
+class CatalogError(InputError):
+    """A model catalog source is malformed or a selection cannot be made."""
+
+
+class UnknownTagError(CatalogError):
+    """A tag selected no model."""
+
+    def __init__(self, tag: str, suggestions: list[str]) -> None:
+        hint = ("did you mean: " + ", ".join(suggestions)) if suggestions else "run 'madengine discover' to list models"
+        super().__init__(f"tag '{tag}' selects no model", path="--tags", hint=hint)
+        self.tag = tag
+        self.suggestions = suggestions
+
+
+class ContextError(InputError):
+    """An additional context (string or file) is malformed or has a value of the wrong type."""
+
+
+class ConfigError(InputError):
+    """A configuration file (data.json, tools.json, credential.json, manifest) is malformed."""
+
+
+class CredentialError(InputError):
+    """Credentials are missing, malformed or refused."""
+
+
+class ServiceError(MadEngineError):
+    """An external service (Docker engine, database, SMTP, Slurm) cannot be used."""
+
+
+class ExecutionError(MadEngineError):
+    """A step of a model run failed; the runner turns it into a FAILURE row with ``reason``."""
+
+    exit_status = ExitStatus.FAILED
+
+
+class BuildError(ExecutionError):
+    """An image build failed."""
+
+    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+        super().__init__(message, hint=f"build log: {log_path}" if log_path else None)
+        self.log_path = log_path

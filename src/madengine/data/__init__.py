@@ -1,0 +1,1 @@
+"""Data providers (data.json) and credentials (credential.json)."""

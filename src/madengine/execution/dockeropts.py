@@ -1,0 +1,83 @@
+"""Translate a model's ``additional_docker_run_options`` (docker CLI syntax) into Docker SDK
+arguments. Only options with a known, explicit meaning are accepted: an unknown option is an
+error naming it, never passed through a shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from madengine.core.errors import ExecutionError
+
+_LIST_OPTIONS = {"--cap-add": "cap_add", "--cap-drop": "cap_drop", "--security-opt": "security_opt",
+                 "--device": "devices", "--group-add": "group_add", "--dns": "dns", "--tmpfs": "tmpfs"}
+_VALUE_OPTIONS = {"--shm-size": "shm_size", "--ipc": "ipc_mode", "--network": "network_mode",
+                  "--net": "network_mode", "--user": "user", "-u": "user", "--cpuset-cpus": "cpuset_cpus",
+                  "--memory": "mem_limit", "-m": "mem_limit", "--pids-limit": "pids_limit",
+                  "--hostname": "hostname", "-h": "hostname", "--pid": "pid_mode", "--cpus": "nano_cpus",
+                  "--userns": "userns_mode", "--runtime": "runtime"}
+_FLAG_OPTIONS = {"--privileged": "privileged", "--init": "init", "--read-only": "read_only"}
+
+
+def parse_run_options(text: str) -> dict[str, Any]:
+    """``'--shm-size 8G --cap-add SYS_PTRACE -e A=1'`` → ``{'shm_size': '8G', 'cap_add': [...], ...}``."""
+    try:
+        tokens = shlex.split(text or "")
+    except ValueError as exc:
+        raise ExecutionError(f"additional_docker_run_options cannot be parsed ({exc})") from None
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        name, sep, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+
+        def value() -> str:
+            nonlocal i
+            if sep:
+                return inline
+            i += 1
+            if i >= len(tokens):
+                raise ExecutionError(f"additional_docker_run_options: {name} needs a value")
+            return tokens[i]
+
+        if name in _FLAG_OPTIONS:
+            out[_FLAG_OPTIONS[name]] = True
+        elif name in _LIST_OPTIONS:
+            key = _LIST_OPTIONS[name]
+            item = value()
+            if key == "tmpfs":
+                path, _, opts = item.partition(":")
+                out.setdefault("tmpfs", {})[path] = opts
+            else:
+                out.setdefault(key, []).append(item)
+        elif name in _VALUE_OPTIONS:
+            key = _VALUE_OPTIONS[name]
+            item = value()
+            if key == "nano_cpus":
+                out[key] = int(float(item) * 1e9)
+            elif key == "pids_limit":
+                out[key] = int(item)
+            else:
+                out[key] = item
+        elif name in ("-e", "--env"):
+            key, _, val = value().partition("=")
+            out.setdefault("environment", {})[key] = val
+        elif name in ("-v", "--volume"):
+            spec = value().split(":")
+            if len(spec) < 2:
+                raise ExecutionError(f"additional_docker_run_options: volume '{':'.join(spec)}' needs host:container")
+            mode = spec[2] if len(spec) > 2 else "rw"
+            out.setdefault("volumes", {})[spec[0]] = {"bind": spec[1], "mode": mode}
+        elif name == "--ulimit":
+            uname, _, limits = value().partition("=")
+            soft, _, hard = limits.partition(":")
+            out.setdefault("ulimits", []).append((uname, int(soft), int(hard or soft)))
+        elif name == "--gpus":
+            out["gpus"] = value()
+        else:
+            raise ExecutionError(f"additional_docker_run_options: unsupported option '{name}'",
+                                 hint="supported: " + ", ".join(sorted({*_LIST_OPTIONS, *_VALUE_OPTIONS, *_FLAG_OPTIONS,
+                                                                        '-e', '-v', '--ulimit', '--gpus'})))
+        i += 1
+    return out

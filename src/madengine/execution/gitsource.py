@@ -1,0 +1,47 @@
+"""Cloning a model's ``url`` into its work folder on the host side (GitPython)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+from madengine.catalog.schema import Model
+from madengine.core.errors import ExecutionError
+from madengine.core.redact import redact
+
+
+def repo_dir_name(url: str) -> str:
+    """Folder name of a clone: the last path segment without ``.git`` (safe characters only)."""
+    path = urlparse(url).path if "://" in url else url.split(":", 1)[-1]
+    name = posixpath.basename(path.rstrip("/"))
+    if name.endswith(".git"):
+        name = name[:-4]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return name if name and name not in (".", "..") else "repo"
+
+
+def clone(model: Model, workdir: Path, log_path: Path) -> tuple[str, str]:
+    """Clone ``model.url`` into ``workdir/<repo>``; returns (folder name, HEAD commit)."""
+    try:
+        import git
+    except ImportError:
+        raise ExecutionError("GitPython is not installed", hint="pip install GitPython") from None
+    from madengine.data.credentials import git_environment
+
+    name = repo_dir_name(model.url)
+    target = workdir / name
+    env, url, cleanup = git_environment(model)
+    try:
+        repo = git.Repo.clone_from(url, target, env=env, multi_options=["--recurse-submodules"])
+        commit = repo.head.commit.hexsha
+    except git.GitCommandError as exc:
+        detail = redact((exc.stderr or str(exc)).strip().splitlines()[-1] if (exc.stderr or str(exc)).strip() else "")
+        raise ExecutionError(f"git clone of {redact(model.url)} failed: {detail}") from None
+    finally:
+        cleanup()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"=== madengine: cloned {redact(model.url)} at {commit}\n")
+    return name, commit

@@ -1,0 +1,178 @@
+"""What one run of one model is: its key, environment, work folder, steps and mounts.
+
+A :class:`RunSpec` is executor-neutral; paths inside it that the model sees are relative to the
+work folder, which the docker executor mounts at ``/myworkspace`` and the local executor uses
+in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import socket
+from pathlib import Path
+from typing import Any
+
+from madengine.catalog.schema import Model
+from madengine.context.context import Context
+from madengine.core.errors import ExecutionError
+
+CONTAINER_WORKSPACE = "/myworkspace"
+
+#: host variables handed to the model when set (distributed launchers and GPU pinning rely on them)
+PASSTHROUGH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
+                   "MAD_MULTI_NODE_RUNNER", "MAD_COLLECT_METRICS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+                   "NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "MIOPEN_USER_DB_PATH")
+
+
+@dataclasses.dataclass
+class Step:
+    """One command run in the work folder: a pre-script, the model script, or a post-script."""
+
+    name: str
+    argv: list[str]
+    cwd: str = ""  # relative to the work folder
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    is_model: bool = False
+
+
+@dataclasses.dataclass
+class Mount:
+    host: str
+    container: str
+    read_only: bool = True
+
+
+@dataclasses.dataclass
+class RunSpec:
+    key: str
+    model: Model
+    workdir: Path
+    log_path: Path
+    artifacts_dir: Path
+    env: dict[str, str]
+    steps: list[Step]
+    model_cwd: str = ""
+    timeout: int | None = None
+    mounts: list[Mount] = dataclasses.field(default_factory=list)
+    gpu_ids: list[int] = dataclasses.field(default_factory=list)
+    runtime_ngpus: int = 0
+    docker_file: str = ""
+    image: str = ""
+    git_commit: str = ""
+    #: files the model or tools write that are collected into the artifacts folder (glob patterns)
+    collect: list[str] = dataclasses.field(default_factory=list)
+    #: set by providers/tools: perf row values (dataname, data_provider_type, ...)
+    row_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def image_key(model_name: str, dockerfile_stem: str) -> str:
+    """``ci-<model>_<dockerfile stem>``, lower-cased, ``/`` → ``_``."""
+    return f"ci-{model_name.replace('/', '_').lower()}_{dockerfile_stem.lower()}"
+
+
+def local_key(model_name: str) -> str:
+    return model_name.replace("/", "_").lower()
+
+
+def env_name(key: str) -> str:
+    """A tag config key as an environment/build-arg name: ``batch-size`` → ``BATCH_SIZE``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", key).upper()
+
+
+def tag_config_vars(model: Model) -> dict[str, str]:
+    out = {env_name(k): v for k, v in model.tag_configs}
+    for key, value in model.tag_configs:
+        if env_name(key) == "BATCH_SIZE":
+            out["MAD_MODEL_BATCH_SIZE"] = value
+    return out
+
+
+def parse_gpu_list(text: str) -> list[int]:
+    """``'0,2-4'`` → ``[0, 2, 3, 4]``."""
+    ids: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            ids.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+        except ValueError:
+            raise ExecutionError(f"docker_gpus: bad GPU list '{text}'", hint="write e.g. '0,2-4'") from None
+    return sorted(set(ids))
+
+
+def resolve_gpus(model: Model, context: Context) -> list[int]:
+    """The GPU indices a run gets: ``n_gpus`` of the available ones (-1 = all)."""
+    if context.gpu_vendor == "CPU":
+        return []
+    available = parse_gpu_list(context.get("docker_gpus")) if context.get("docker_gpus") is not None \
+        else list(range(context.system_ngpus))
+    wanted = int(context.get("n_gpus", model.n_gpus))
+    if wanted == -1:
+        return available
+    if wanted > len(available):
+        raise ExecutionError(f"model '{model.name}' needs {wanted} GPU(s) but {len(available)} are available")
+    return available[:wanted]
+
+
+def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, executor: str) -> dict[str, str]:
+    """The MAD_* variables, context ``docker_env_vars`` and tag configs the model's scripts see."""
+    env = {
+        "MAD_MODEL_NAME": model.name,
+        "MAD_GPU_VENDOR": context.gpu_vendor,
+        "MAD_SYSTEM_NGPUS": str(context.system_ngpus),
+        "MAD_SYSTEM_GPU_ARCHITECTURE": context.gpu_architecture,
+        "MAD_SYSTEM_GPU_PRODUCT_NAME": str(context.get("gpu_product_name", "")),
+        "MAD_RUNTIME_NGPUS": str(len(gpu_ids)),
+        "MAD_GUEST_OS": context.guest_os,
+        "MAD_RUN_ID": run_id,
+        "MAD_EXECUTOR": executor,
+        "JENKINS_BUILD_NUMBER": os.environ.get("BUILD_NUMBER", "0"),
+    }
+    if model.multiple_results:
+        env["MAD_OUTPUT_CSV"] = model.multiple_results
+    if context.get("batch_size") is not None:
+        env["MAD_MODEL_BATCH_SIZE"] = str(context.get("batch_size"))
+    for name in PASSTHROUGH_ENV:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.update(context.docker_env_vars)
+    env.update(tag_config_vars(model))
+    return env
+
+
+def script_step(model: Model, root: Path, args: str) -> tuple[Step, Path]:
+    """The model script as a step, and the folder to copy into the work folder."""
+    script = root / model.scripts
+    try:
+        argv_args = shlex.split(args)
+    except ValueError as exc:
+        raise ExecutionError(f"model '{model.name}': args cannot be parsed ({exc})") from None
+    if script.is_dir():
+        if not (script / "run.sh").is_file():
+            raise ExecutionError(f"model '{model.name}': scripts folder {model.scripts} has no run.sh")
+        return Step("model", ["bash", "run.sh", *argv_args], is_model=True), script
+    if not script.is_file():
+        raise ExecutionError(f"model '{model.name}': script {model.scripts} not found")
+    interpreter = "python3" if script.suffix == ".py" else "bash"
+    return Step("model", [interpreter, script.name, *argv_args], is_model=True), script.parent
+
+
+def copy_tree(source: Path, destination: Path) -> None:
+    """Copy a folder's contents into ``destination`` (which may exist), following links."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        target = destination / entry.name
+        if entry.is_dir():
+            shutil.copytree(entry, target, dirs_exist_ok=True, symlinks=False)
+        else:
+            shutil.copy2(entry, target)
+
+
+def machine_name() -> str:
+    return socket.gethostname()

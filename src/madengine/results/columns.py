@@ -1,0 +1,60 @@
+"""The one definition of the perf.csv columns in the whole code base.
+
+``PERF_COLUMNS`` is the column set and order of the original madengine's perf.csv, which CI
+pipelines and dashboards read by position and by name. madengine adds its own columns only at
+the end (``EXTRA_COLUMNS``); per-result columns (e.g. from ``multiple_results`` CSVs or
+``madengine bench`` statistics) come after those, in first-seen order.
+"""
+
+from __future__ import annotations
+
+PERF_COLUMNS: tuple[str, ...] = (
+    "model",
+    "n_gpus",
+    "training_precision",
+    "pipeline",
+    "args",
+    "tags",
+    "docker_file",
+    "base_docker",
+    "docker_sha",
+    "docker_image",
+    "git_commit",
+    "machine_name",
+    "gpu_architecture",
+    "performance",
+    "metric",
+    "relative_change",
+    "status",
+    "build_duration",
+    "test_duration",
+    "dataname",
+    "data_provider_type",
+    "data_size",
+    "data_download_duration",
+    "build_number",
+    "additional_docker_run_options",
+)
+
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "reason",  # why a row is FAILURE or SKIPPED
+    "run_id",  # one id per `madengine run` invocation (or Slurm job)
+    "executor",  # docker | local | slurm | bench
+    "started_at",  # ISO-8601 UTC time the model's run started
+    "image_id",  # the image actually run (sha256:...)
+    "gpu_vendor",  # AMD | NVIDIA | CPU
+    "context",  # JSON of the detected/overridden context values that matter for the result
+    "madengine_version",
+    "command_line",  # the exact command line that produced the row
+    "artifacts",  # ';'-separated paths of logs, tool outputs and other files of the run
+)
+
+ALL_COLUMNS: tuple[str, ...] = PERF_COLUMNS + EXTRA_COLUMNS
+
+
+class Status:
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    SKIPPED = "SKIPPED"
+
+    ALL = (SUCCESS, FAILURE, SKIPPED)

@@ -1,0 +1,119 @@
+"""``PerfRecord``: the one record type for a result, shared by every stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping
+
+from madengine.core.redact import redact
+from madengine.results.columns import ALL_COLUMNS, PERF_COLUMNS, Status
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if value == value else ""  # NaN → empty
+    if isinstance(value, (list, tuple)):
+        return ",".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+@dataclasses.dataclass
+class PerfRecord:
+    """One result: one row of perf.csv.
+
+    Standard columns are attributes; anything else (multiple_results extras, benchmark
+    statistics) lives in ``extra`` and becomes columns at the end of perf.csv.
+    """
+
+    model: str
+    status: str = Status.FAILURE
+    performance: float | str | None = None
+    metric: str = ""
+    reason: str = ""
+    n_gpus: str = ""
+    training_precision: str = ""
+    pipeline: str = ""
+    args: str = ""
+    tags: str = ""
+    docker_file: str = ""
+    base_docker: str = ""
+    docker_sha: str = ""
+    docker_image: str = ""
+    git_commit: str = ""
+    machine_name: str = ""
+    gpu_architecture: str = ""
+    relative_change: str = ""
+    build_duration: float | str | None = None
+    test_duration: float | str | None = None
+    dataname: str = ""
+    data_provider_type: str = ""
+    data_size: str = ""
+    data_download_duration: float | str | None = None
+    build_number: str = ""
+    additional_docker_run_options: str = ""
+    run_id: str = ""
+    executor: str = ""
+    started_at: str = ""
+    image_id: str = ""
+    gpu_vendor: str = ""
+    context: dict[str, Any] | str = ""
+    madengine_version: str = ""
+    command_line: str = ""
+    artifacts: list[str] | str = ""
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.SUCCESS
+
+    def to_row(self) -> dict[str, str]:
+        """The record as perf.csv cells: standard columns, then madengine's, then extras.
+
+        Every cell passes through secret redaction: a row never carries a secret.
+        """
+        row: dict[str, str] = {}
+        for name in ALL_COLUMNS:
+            value = getattr(self, name)
+            if name in ("build_duration", "test_duration", "data_download_duration") and isinstance(value, float):
+                value = f"{value:.3f}"
+            row[name] = redact(_cell(value))
+        for name, value in self.extra.items():
+            if name not in row:
+                row[name] = redact(_cell(value))
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "PerfRecord":
+        """Build a record from a perf.csv row (keys stripped of whitespace)."""
+        fields = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in row.items():
+            if key is None:
+                continue
+            name = key.strip()
+            value = "" if value is None else value
+            if name in fields:
+                known[name] = value
+            else:
+                extra[name] = value
+        known.setdefault("model", "")
+        record = cls(**known)
+        record.extra = extra
+        return record
+
+    def copy(self, **changes: Any) -> "PerfRecord":
+        clone = dataclasses.replace(self, **changes)
+        clone.extra = dict(self.extra if "extra" not in changes else changes["extra"])
+        return clone
+
+
+def standard_header() -> list[str]:
+    return list(PERF_COLUMNS)

@@ -1,0 +1,5 @@
+"""Import path used by model repositories' ``get_models_json.py`` (older madengine releases)."""
+
+from madengine.catalog.custom import CustomModel
+
+__all__ = ["CustomModel"]

@@ -1,0 +1,1 @@
+"""Compatibility package: ``madengine.utils.discover_models`` for model repositories."""

@@ -1,0 +1,114 @@
+"""Shared test fixtures.
+
+Services: ``require_service`` skips a test with a clear reason on a developer's laptop, but under
+``CI=true`` a missing service is a failure, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from madengine.cli import main
+from madengine.cli.env import Environment
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_service(name: str, available: bool, how: str) -> None:
+    """Skip (laptop) or fail (CI=true) when a service the test needs is not there."""
+    if available:
+        return
+    message = f"{name} is not available ({how})"
+    if IN_CI:
+        pytest.fail(f"CI=true: {message}; .ci/run must provide it")
+    pytest.skip(message)
+
+
+class CliResult:
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.code, self.stdout, self.stderr = code, stdout, stderr
+
+    def __repr__(self) -> str:  # shown by pytest on failures
+        return f"CliResult(code={self.code}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-4000:]!r})"
+
+
+def run_cli(*argv: str, environ: dict | None = None) -> CliResult:
+    """Run ``madengine`` in-process with captured streams."""
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, environ={**os.environ, **(environ or {})})
+    code = main(list(argv), env)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_process(*argv: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
+                input: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``madengine`` as a real process (exit codes, signals, stdout/stderr separation)."""
+    return subprocess.run([sys.executable, "-m", "madengine", *argv], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, input=input)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+@pytest.fixture
+def model_repo(tmp_path, monkeypatch):
+    """A copy of the test model repository (tests/fixtures/repo) as the current directory."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "repo", repo, symlinks=True)
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    return repo
+
+
+def docker_engine_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return True
+    except Exception:
+        return False
+
+
+BASE_IMAGE = os.environ.get("MADENGINE_BASE_IMAGE", "madengine-base:bookworm")
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    require_service("Docker engine", docker_engine_available(), "run scripts/docker-up.sh")
+    import docker
+
+    client = docker.from_env(timeout=120)
+    try:
+        client.images.get(BASE_IMAGE)
+    except Exception:
+        require_service(f"base image {BASE_IMAGE}", False, "run scripts/docker-up.sh")
+    return client
+
+
+@pytest.fixture
+def docker_cleanup(docker_client):
+    """Removes every image and container whose name starts with a prefix the test registers."""
+    images: list[str] = []
+    yield images
+    for container in docker_client.containers.list(all=True):
+        if any(container.name.startswith(f"container_{p}") for p in images):
+            container.remove(force=True)
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if any(tag.split(":")[0].startswith(p) for p in images):
+                try:
+                    docker_client.images.remove(tag, force=True)
+                except Exception:
+                    pass
