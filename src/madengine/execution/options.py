@@ -30,8 +30,16 @@ class RunOptions:
     force_mirror_local: str | None = None
     runs_dir: Path = Path("madengine_runs")
     command_line: str = ""
+    #: build/run split and registry/archive transport (issue: beyond one machine)
     manifest_file: str | None = None
+    registry: str | None = None
+    image_archive: str | None = None
+    #: run up to N models at once on this host (disjoint GPUs / cpusets)
     parallel: int = 1
+    #: Slurm settings from flags (merged with a context ``slurm`` section by the Slurm executor)
+    slurm: dict = dataclasses.field(default_factory=dict)
+    no_wait: bool = False
+    dry_run: bool = False
 
     def timeout_for(self, model_timeout: int | None) -> int | None:
         """Seconds allowed for the model script; None means no limit."""

@@ -14,7 +14,7 @@ import shlex
 import shutil
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from madengine.catalog.schema import Model
 from madengine.context.context import Context
@@ -67,6 +67,9 @@ class RunSpec:
     collect: list[str] = dataclasses.field(default_factory=list)
     #: set by providers/tools: perf row values (dataname, data_provider_type, ...)
     row_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: called after the steps ran and files were collected; each returns extra perf row values
+    #: (standard column names set the column, other names become extra columns at the end)
+    finalizers: list[Callable[["RunSpec"], dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
 def image_key(model_name: str, dockerfile_stem: str) -> str:

@@ -117,7 +117,7 @@ class Runner:
             context=self.context.summary(), madengine_version=__version__, command_line=self.options.command_line,
         )
         for key, value in values.items():
-            setattr(record, key, value)
+            setattr(record, key, dict(value) if key == "extra" else value)
         return record
 
     def failure(self, model: Model, reason: str, **values: Any) -> PerfRecord:
@@ -163,10 +163,8 @@ class Runner:
             docker_file = _relative(dockerfile.path, self.root)
             build_args = self.build_args(model)
             context_dir = (self.root / model.dockercontext) if model.dockercontext else dockerfile.path.parent
-            self.reporter.message(f"madengine: building {key} from {docker_file}")
             try:
-                build = self.executor.build(key, dockerfile.path, context_dir, build_args,
-                                            self.run_dir / key / "build.log", self._live(key))
+                build = self.obtain_image(model, key, dockerfile.path, context_dir, build_args)
             except KeyboardInterrupt:
                 self._interrupted = True
                 yield self.failure(model, "interrupted during the image build", docker_file=docker_file,
@@ -177,6 +175,13 @@ class Runner:
                                    artifacts=[str(self.run_dir / key / "build.log")])
                 continue
             yield from self._run_spec(model, key, gpu_ids, image=key, docker_file=docker_file, build=build)
+
+    def obtain_image(self, model: Model, key: str, dockerfile: Path, context_dir: Path,
+                     build_args: dict[str, str]) -> Any:
+        """The image to run for one Dockerfile of a model: built now (a manifest run looks it up)."""
+        self.reporter.message(f"madengine: building {key} from {_relative(dockerfile, self.root)}")
+        return self.executor.build(key, dockerfile, context_dir, build_args, self.run_dir / key / "build.log",
+                                   self._live(key))
 
     def build_args(self, model: Model) -> dict[str, str]:
         args = dict(self.context.docker_build_arg)
@@ -229,7 +234,6 @@ class Runner:
         finally:
             if started:
                 self.executor.stop(spec, self.options.keep_alive)
-            self._collect(spec)
             if not (self.options.keep_model_dir or self.options.keep_alive):
                 shutil.rmtree(spec.workdir, ignore_errors=True)
 
@@ -271,6 +275,19 @@ class Runner:
             apply_tools(spec, self.context, self.options, self.root)
 
     def _execute(self, spec: RunSpec, values: dict[str, Any]) -> Iterator[PerfRecord]:
+        """Run the steps, then collect artifacts and finalize before any row is written."""
+        outcome = self._run_steps(spec, values)
+        self._collect(spec, values)
+        if isinstance(outcome, PerfRecord):
+            outcome.artifacts = values.get("artifacts", outcome.artifacts)
+            for key, value in values.get("extra", {}).items():
+                outcome.extra.setdefault(key, value)
+            yield outcome
+            return
+        yield from self._evaluate(spec, outcome, values)
+
+    def _run_steps(self, spec: RunSpec, values: dict[str, Any]) -> "StepResult | PerfRecord":
+        """The model step's result, or a FAILURE record when a step could not complete."""
         model = spec.model
         model_result: StepResult | None = None
         with open_log(spec.log_path) as log:
@@ -288,20 +305,17 @@ class Runner:
                     values["test_duration"] = result.duration
                 if result.interrupted:
                     self._interrupted = True
-                    yield self.failure(model, f"interrupted during {step.name}", **values)
-                    return
+                    return self.failure(model, f"interrupted during {step.name}", **values)
                 if result.timed_out:
-                    yield self.failure(model, f"timeout: {step.name} ran longer than {spec.timeout} s; "
-                                              "container/process killed", **values)
-                    return
+                    return self.failure(model, f"timeout: {step.name} ran longer than {spec.timeout} s; "
+                                               "container/process killed", **values)
                 if result.error:
-                    yield self.failure(model, f"{step.name}: {result.error}", **values)
-                    return
+                    return self.failure(model, f"{step.name}: {result.error}", **values)
                 if result.exit_code != 0 and not step.is_model:
-                    yield self.failure(model, f"{step.name} failed with exit code {result.exit_code}", **values)
-                    return
-        assert model_result is not None
-        yield from self._evaluate(spec, model_result, values)
+                    return self.failure(model, f"{step.name} failed with exit code {result.exit_code}", **values)
+        if model_result is None:
+            return self.failure(model, "no model step to run", **values)
+        return model_result
 
     def _evaluate(self, spec: RunSpec, result: StepResult, values: dict[str, Any]) -> Iterator[PerfRecord]:
         model = spec.model
@@ -338,24 +352,41 @@ class Runner:
             record = self.base_record(model, **values)
             record.model = f"{model.name}_{row.get('model', '')}"
             record.metric = row.get("metric", "")
-            record.extra = extra
+            record.extra = {**record.extra, **extra}
             if number is None:
                 record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number"
             else:
                 record.status, record.performance = Status.SUCCESS, number
             yield record
 
-    def _collect(self, spec: RunSpec) -> None:
-        if not spec.workdir.is_dir():
-            return
-        for pattern in spec.collect:
-            for path in spec.workdir.glob(pattern):
-                if path.is_file():
-                    target = spec.artifacts_dir / path.name
-                    try:
-                        shutil.copy2(path, target)
-                    except OSError:
-                        continue
+    def _collect(self, spec: RunSpec, values: dict[str, Any]) -> None:
+        """Copy files the steps wrote (``spec.collect`` patterns) into the artifacts folder, then
+        run the finalizers; their values go into the row (``extra`` for non-standard names)."""
+        artifacts = list(values.get("artifacts", []))
+        if spec.workdir.is_dir():
+            for pattern in spec.collect:
+                for path in sorted(spec.workdir.glob(pattern)):
+                    if path.is_file():
+                        target = spec.artifacts_dir / path.name
+                        try:
+                            shutil.copy2(path, target)
+                        except OSError:
+                            continue
+                        if str(target) not in artifacts:
+                            artifacts.append(str(target))
+        values["artifacts"] = artifacts
+        fields = PerfRecord.__dataclass_fields__
+        for finalize in spec.finalizers:
+            try:
+                produced = finalize(spec) or {}
+            except MadEngineError as exc:
+                values.setdefault("extra", {})["finalize_error"] = str(exc)
+                continue
+            for key, value in produced.items():
+                if key in fields and key != "extra":
+                    values[key] = value
+                else:
+                    values.setdefault("extra", {})[key] = value
 
 
 def _write_host_details(path: Path, context: Context) -> None:

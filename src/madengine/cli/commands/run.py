@@ -65,11 +65,40 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mirror every non-local data provider's data into DIR and reuse it")
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("build/run split, Slurm and parallel scheduling")
+    group.add_argument("--manifest-file", "-m", default=None, metavar="JSON",
+                       help="run exactly the images of a build manifest (from 'madengine build') without rebuilding")
+    group.add_argument("--registry", default=None, metavar="HOST[/NS]", help="registry to pull manifest images from")
+    group.add_argument("--image-archive", default=None, metavar="DIR",
+                       help="folder of 'docker save' archives to load manifest images from")
+    group.add_argument("--parallel", type=_positive, default=1, metavar="N",
+                       help="run up to N models at once on disjoint GPUs/CPUs (default 1)")
+    group.add_argument("--partition", default=None, help="Slurm partition")
+    group.add_argument("--nodes", type=_positive, default=None, help="Slurm nodes per task")
+    group.add_argument("--gpus-per-node", type=int, default=None, help="Slurm GPUs per node")
+    group.add_argument("--time", default=None, metavar="LIMIT", help="Slurm time limit (e.g. 01:00:00)")
+    group.add_argument("--slurm-args", default=None, metavar="ARGS", help="extra sbatch options")
+    group.add_argument("--no-wait", action="store_true", help="Slurm: submit, print the job id, do not wait")
+    group.add_argument("--dry-run", action="store_true", help="Slurm: print the sbatch script, submit nothing")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="build and run models, record their performance",
                                    description="Build each selected model's image, run it, and append one row per "
                                                "result to perf.csv. Exit 1 when any model failed.")
     add_run_arguments(parser)
+    add_distributed_arguments(parser)
     parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
     parser.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
     parser.set_defaults(handler=handle)
@@ -86,6 +115,14 @@ def options_from_args(args: argparse.Namespace, argv_text: str):
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
         force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), command_line=argv_text,
+        manifest_file=getattr(args, "manifest_file", None), registry=getattr(args, "registry", None),
+        image_archive=getattr(args, "image_archive", None), parallel=getattr(args, "parallel", 1),
+        slurm={k: v for k, v in (("partition", getattr(args, "partition", None)),
+                                 ("nodes", getattr(args, "nodes", None)),
+                                 ("gpus_per_node", getattr(args, "gpus_per_node", None)),
+                                 ("time", getattr(args, "time", None)),
+                                 ("slurm_args", getattr(args, "slurm_args", None))) if v is not None},
+        no_wait=getattr(args, "no_wait", False), dry_run=getattr(args, "dry_run", False),
     )
 
 
@@ -130,7 +167,7 @@ def write_html(env: Environment, perf_csv: Path) -> None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    if not args.tags:
+    if not args.tags and not getattr(args, "manifest_file", None):
         raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
     argv_text = " ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]])
     options = options_from_args(args, argv_text)
