@@ -66,8 +66,14 @@ def parse_rocm_smi_ids(text: str) -> int:
 
 
 def parse_rocm_smi_product(text: str) -> str:
-    match = re.search(r"^GPU\[\d+\]\s*:\s*Card (?:series|SKU|Model)\s*:\s*(.+)$", text, re.MULTILINE)
+    match = re.search(r"^GPU\[\d+\]\s*:\s*Card Series\s*:\s*(.+)$", text, re.MULTILINE | re.IGNORECASE)
     return match.group(1).strip() if match else ""
+
+
+def parse_rocm_smi_gfx(text: str) -> str:
+    """The first ``GFX Version`` of ``rocm-smi --showproductname`` (ROCm 6+)."""
+    match = re.search(r"^GPU\[\d+\]\s*:\s*GFX Version\s*:\s*(gfx[0-9a-f]+)", text, re.MULTILINE | re.IGNORECASE)
+    return match.group(1) if match else ""
 
 
 def parse_rocminfo(text: str) -> tuple[str, int, str]:
@@ -124,10 +130,13 @@ def detect_amd() -> GpuInfo | None:
         text = _run([rocm_smi, "--showproductname"]) or ""
         count = count or parse_rocm_smi_ids(text)
         product = parse_rocm_smi_product(text)
-    arch = ""
+        arch = parse_rocm_smi_gfx(text)
+    else:
+        arch = ""
     rocminfo = _rocm_tool("rocminfo")
-    if rocminfo:
-        arch, agents, marketing = parse_rocminfo(_run([rocminfo]) or "")
+    if rocminfo and not (arch and count):
+        info_arch, agents, marketing = parse_rocminfo(_run([rocminfo]) or "")
+        arch = arch or info_arch
         count = count or agents
         product = product or marketing
     if count == 0:
