@@ -156,14 +156,13 @@ def exit_status(summary) -> ExitStatus:
 
 
 def write_html(env: Environment, perf_csv: Path) -> None:
-    from madengine.core.errors import MadEngineError
-    from madengine.reports.html import csv_to_html
-
     try:
+        from madengine.reports.html import csv_to_html
+
         page = csv_to_html(perf_csv)
         env.message(f"madengine: report written to {page}")
-    except MadEngineError as exc:  # a report problem never hides the run's own result
-        env.message(f"madengine: warning: perf.html not written: {exc}")
+    except Exception as exc:  # a report problem never hides or changes the run's own result
+        env.message(f"madengine: warning: perf.html not written: {type(exc).__name__}: {exc}")
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:

@@ -1,0 +1,270 @@
+"""End-to-end `madengine run` through the CLI, against a real Docker engine and with the local
+executor (the same tests run for both where the behaviour is the same)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_process
+from madengine.results import read_rows
+
+pytestmark = pytest.mark.slow
+
+IMAGE_PREFIXES = ["ci-dummy", "ci-sub_", "ci-dyn_", "ci-cloned"]
+
+
+@pytest.fixture(params=["docker", "local"])
+def executor(request):
+    if request.param == "docker":
+        request.getfixturevalue("docker_client")
+        request.getfixturevalue("docker_cleanup").extend(IMAGE_PREFIXES)
+    return request.param
+
+
+@pytest.fixture
+def docker_only(docker_client, docker_cleanup):
+    docker_cleanup.extend(IMAGE_PREFIXES)
+    return docker_client
+
+
+def rows_by_model(repo: Path, name: str = "perf.csv") -> dict[str, dict[str, str]]:
+    return {r["model"]: r for r in read_rows(repo / name)}
+
+
+def test_success_rows_carry_results_and_provenance(model_repo, cli, executor):
+    result = cli("run", "--tags", "dummy,dummy_py,dummy_dir,sub/model1,dyn/model3", "--executor", executor, "--json")
+    assert result.code == 0, result
+    rows = rows_by_model(model_repo)
+    assert set(rows) == {"dummy", "dummy_py", "dummy_dir", "sub/model1", "dyn/model3"}
+    assert all(r["status"] == "SUCCESS" for r in rows.values())
+    assert rows["dummy"]["performance"] == "42.5" and rows["dummy"]["metric"] == "samples_per_second"  # last line
+    assert rows["dummy_py"]["performance"] == "12.5" and rows["dyn/model3"]["performance"] == "77.0"
+    dummy = rows["dummy"]
+    for column in ("run_id", "machine_name", "madengine_version", "command_line", "context", "gpu_architecture",
+                   "started_at", "test_duration", "artifacts"):
+        assert dummy[column], column
+    assert json.loads(dummy["context"])["gpu_vendor"] == "CPU"
+    assert dummy["executor"] == executor and dummy["tags"] == "dummies,pass"
+    if executor == "docker":
+        assert dummy["docker_image"] == "ci-dummy_dummy" and dummy["image_id"].startswith("sha256:")
+        assert dummy["docker_file"] == "docker/dummy.Dockerfile" and dummy["base_docker"] == "madengine-base:bookworm"
+        assert dummy["docker_sha"] and dummy["build_duration"]
+        assert rows["sub/model1"]["docker_image"] == "ci-sub_model1_dummy"
+    summary = json.loads(result.stdout)
+    assert summary["counts"] == {"SUCCESS": 5, "FAILURE": 0, "SKIPPED": 0}
+    log = Path(dummy["artifacts"].split(",")[0])
+    assert log.is_file() and "dummy model dummy on CPU" in log.read_text()
+    assert (model_repo / "perf.html").is_file() or "perf.html not written" in result.stderr
+
+
+def test_failures_are_rows_with_reasons_and_exit_1(model_repo, cli, executor):
+    result = cli("run", "--tags", "failing", "dummy", "--executor", executor)
+    assert result.code == 1, result
+    rows = rows_by_model(model_repo)
+    assert rows["dummy"]["status"] == "SUCCESS"
+    assert rows["dummy_fail"]["status"] == "FAILURE" and "exited with code 3" in rows["dummy_fail"]["reason"]
+    assert rows["dummy_fail"]["performance"] == ""  # a figure printed before failing is not a success
+    assert rows["dummy_noperf"]["status"] == "FAILURE" and "no performance figure" in rows["dummy_noperf"]["reason"]
+    assert "FAILURE" in result.stderr and "dummy_noperf" in result.stderr  # summary table on stderr
+
+
+def _assert_no_container_left(docker_client, prefix: str) -> None:
+    assert not [c.name for c in docker_client.containers.list(all=True) if c.name.startswith(prefix)]
+
+
+def test_model_timeout_and_flag_timeout(model_repo, cli, executor, request):
+    started = time.monotonic()
+    result = cli("run", "--tags", "dummy_sleep", "--executor", executor)
+    assert result.code == 1 and time.monotonic() - started < 25
+    row = rows_by_model(model_repo)["dummy_sleep"]
+    assert row["status"] == "FAILURE" and "longer than 3 s" in row["reason"]
+    result = cli("run", "--tags", "dummy_sleep", "--timeout", "1", "--executor", executor, "-o", "flag.csv")
+    row = rows_by_model(model_repo, "flag.csv")["dummy_sleep"]
+    assert result.code == 1 and "longer than 1 s" in row["reason"]
+    if executor == "docker":
+        _assert_no_container_left(request.getfixturevalue("docker_client"), "container_ci-dummy_sleep")
+
+
+def test_multiple_results(model_repo, cli, executor):
+    result = cli("run", "--tags", "dummy_multi", "--executor", executor)
+    rows = rows_by_model(model_repo)
+    assert rows["dummy_multi_a"]["performance"] == "10.5" and rows["dummy_multi_a"]["status"] == "SUCCESS"
+    assert rows["dummy_multi_b"]["metric"] == "tokens/s" and rows["dummy_multi_b"]["temperature"] == "0.2"
+    assert rows["dummy_multi_c"]["status"] == "FAILURE"  # a row without a number
+    assert result.code == 1
+
+
+def test_tag_configs_reach_args_env_and_build_args(model_repo, cli, executor):
+    context = "{'docker_build_arg': {'FROM_CONTEXT': 'yes'}, 'docker_env_vars': {'CTX_ENV': 'on'}}"
+    result = cli("run", "--tags", "dummy_args:batch-size=16", "--executor", executor,
+                 "--additional-context", context, "--live-output")
+    assert result.code == 0, result
+    assert "ARGS: --base 1 --batch-size 16" in result.stderr
+    assert "ENV_BATCH_SIZE=16 MAD_MODEL_BATCH_SIZE=16 CTX_ENV=on" in result.stderr
+    if executor == "docker":
+        assert "BATCH_SIZE=16 FROM_CONTEXT=yes" in result.stderr
+    assert rows_by_model(model_repo)["dummy_args"]["args"] == "--base 1 --batch-size 16"
+
+
+def test_live_output_off_keeps_output_in_log_only(model_repo, cli, executor):
+    quiet = cli("run", "--tags", "dummy", "--executor", executor)
+    assert "dummy model dummy" not in quiet.stderr
+    log = Path(rows_by_model(model_repo)["dummy"]["artifacts"].split(",")[0])
+    assert "dummy model dummy" in log.read_text()
+    loud = cli("run", "--tags", "dummy", "--executor", executor, "--live-output")
+    assert "dummy model dummy" in loud.stderr
+
+
+def test_skip_gpu_arch_and_disable(model_repo, cli, executor):
+    result = cli("run", "--tags", "skiparch", "--executor", executor)
+    row = rows_by_model(model_repo)["dummy_skiparch"]
+    assert result.code == 0 and row["status"] == "SKIPPED" and "skip_gpu_arch" in row["reason"]
+    result = cli("run", "--tags", "skiparch", "--executor", executor, "--disable-skip-gpu-arch", "-o", "b.csv")
+    assert result.code == 0 and rows_by_model(model_repo, "b.csv")["dummy_skiparch"]["status"] == "SUCCESS"
+
+
+def test_keep_model_dir(model_repo, cli, executor):
+    cli("run", "--tags", "dummy", "--executor", executor, "--keep-model-dir")
+    run_dirs = list((model_repo / "madengine_runs").iterdir())
+    assert len(run_dirs) == 1 and list(run_dirs[0].glob("*/work/run.sh"))
+    cli("run", "--tags", "dummy", "--executor", executor)
+    latest = max((model_repo / "madengine_runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    assert not list(latest.glob("*/work"))
+
+
+def test_sys_env_details(model_repo, cli, executor):
+    result = cli("run", "--tags", "dummy", "--executor", executor, "--generate-sys-env-details")
+    assert result.code == 0, result
+    artifacts = rows_by_model(model_repo)["dummy"]["artifacts"]
+    assert "sys_env_details.txt" in artifacts
+    folder = Path(artifacts.split(",")[0]).parent
+    assert "== uname" in (folder / "sys_env_details.txt").read_text()
+    assert (folder / "host_env_details.txt").is_file()
+
+
+def test_url_is_cloned_and_commit_recorded(model_repo, cli, executor, tmp_path):
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    (upstream / "README").write_text("model code\n")
+    git = ["git", "-C", str(upstream), "-c", "user.email=t@e", "-c", "user.name=t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "init"], check=True)
+    head = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    models = json.loads((model_repo / "models.json").read_text())
+    models.append({"name": "cloned", "dockerfile": "docker/dummy", "scripts": "scripts/dummy/run.sh",
+                   "url": upstream.as_uri(), "tags": ["cloned"]})
+    (model_repo / "models.json").write_text(json.dumps(models))
+    result = cli("run", "--tags", "cloned", "--executor", executor, "--keep-model-dir")
+    assert result.code == 0, result
+    row = rows_by_model(model_repo)["cloned"]
+    assert row["git_commit"] == head
+    assert list((model_repo / "madengine_runs").glob("*/*/work/upstream/README"))
+
+
+# -- docker only ------------------------------------------------------------------------------
+
+def test_context_filtering_runs_every_matching_dockerfile(model_repo, cli, docker_only):
+    result = cli("run", "--tags", "ctx", "--additional-context", "{'ctx_test': '1'}")
+    assert result.code == 0, result
+    rows = read_rows(model_repo / "perf.csv")
+    assert sorted((r["docker_image"], r["metric"]) for r in rows) == [
+        ("ci-dummy_ctxtest_ctxtest.any", "ctx_any"), ("ci-dummy_ctxtest_ctxtest.ctx1", "ctx_ctx1")]
+
+
+def test_failed_build_and_missing_dockerfile_are_failure_rows(model_repo, cli, docker_only):
+    result = cli("run", "--tags", "badbuild", "nodockerfile")
+    assert result.code == 1
+    rows = rows_by_model(model_repo)
+    assert rows["dummy_badbuild"]["status"] == "FAILURE" and "build of ci-dummy_badbuild_badbuild failed" in rows["dummy_badbuild"]["reason"]
+    assert rows["dummy_nodockerfile"]["status"] == "FAILURE" and "no Dockerfile matches" in rows["dummy_nodockerfile"]["reason"]
+
+
+def test_skip_model_run_builds_only(model_repo, cli, docker_only):
+    result = cli("run", "--tags", "dummy", "--skip-model-run")
+    row = rows_by_model(model_repo)["dummy"]
+    assert result.code == 0 and row["status"] == "SKIPPED" and row["image_id"].startswith("sha256:")
+    docker_only.images.get("ci-dummy_dummy")
+
+
+def test_keep_alive_leaves_the_container(model_repo, cli, docker_only):
+    result = cli("run", "--tags", "dummy", "--keep-alive")
+    assert result.code == 0
+    run_id = rows_by_model(model_repo)["dummy"]["run_id"]
+    container = docker_only.containers.get(f"container_ci-dummy_dummy_{run_id[-6:]}")
+    assert container.status == "running"
+    container.remove(force=True)
+
+
+def test_additional_docker_run_options(model_repo, cli, docker_only):
+    result = cli("run", "--tags", "opts", "--live-output")
+    assert result.code == 0, result
+    assert "EXTRA_OPT=yes shm_kb=262144" in result.stderr
+
+
+def test_unsupported_docker_option_is_a_failure_row(model_repo, cli, docker_only):
+    models = json.loads((model_repo / "models.json").read_text())
+    for model in models:
+        if model["name"] == "dummy_opts":
+            model["additional_docker_run_options"] = "--mount type=bind,src=/,dst=/host"
+    (model_repo / "models.json").write_text(json.dumps(models))
+    result = cli("run", "--tags", "opts")
+    row = rows_by_model(model_repo)["dummy_opts"]
+    assert result.code == 1 and "unsupported option '--mount'" in row["reason"]
+
+
+# -- processes: signals and concurrency ---------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["docker", "local"])
+def test_ctrl_c_records_failure_keeps_rows_and_leaves_no_container(model_repo, mode, request):
+    if mode == "docker":
+        request.getfixturevalue("docker_client")
+        request.getfixturevalue("docker_cleanup").extend(IMAGE_PREFIXES)
+    proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "dummy", "dummy_sleep",
+                             "--timeout", "0", "--executor", mode], cwd=model_repo, stderr=subprocess.PIPE, text=True)
+    seen = []
+
+    def watch():
+        for line in proc.stderr:
+            seen.append(line)
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any("running dummy_sleep" in line for line in seen) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # the model script is sleeping now
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    reader.join(timeout=5)
+    rows = rows_by_model(model_repo)
+    assert rows["dummy"]["status"] == "SUCCESS"
+    assert rows["dummy_sleep"]["status"] == "FAILURE" and "interrupted" in rows["dummy_sleep"]["reason"]
+    if mode == "docker":
+        _assert_no_container_left(request.getfixturevalue("docker_client"), "container_ci-dummy_sleep")
+    else:
+        ps = subprocess.run(["pgrep", "-f", "sleep.sh --seconds 30"], capture_output=True)
+        assert ps.returncode == 1  # no model process left
+
+
+def test_two_concurrent_runs_append_to_one_perf_csv(model_repo, docker_client, docker_cleanup):
+    docker_cleanup.extend(IMAGE_PREFIXES)
+    procs = [subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", tags, "-o", "shared.csv",
+                               "--no-html"], cwd=model_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for tags in ("dummy,dummy_py,dummy_multi", "sub/all,dyn/model3,dummy_dir")]
+    codes = [p.wait(timeout=300) for p in procs]
+    rows = read_rows(model_repo / "shared.csv")
+    models = sorted(r["model"] for r in rows)
+    assert models == sorted(["dummy", "dummy_py", "dummy_multi_a", "dummy_multi_b", "dummy_multi_c",
+                             "sub/model1", "sub/model2", "dyn/model3", "dummy_dir"])
+    assert codes == [1, 0]
+    assert len({r["run_id"] for r in rows}) == 2
