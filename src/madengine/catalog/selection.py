@@ -82,7 +82,7 @@ def select_models(catalog: Catalog, tags: Iterable[str]) -> list[Model]:
     specs = [parse_tag(t) for t in split_tags(tags)]
     chosen: dict[str, list[tuple[str, str]]] = {}
     for spec in specs:
-        hits = [m for m in catalog.models if spec.matches(m)]
+        hits = catalog.models if spec.selector == "all" else [m for m in catalog.models if spec.matches(m)]
         if not hits:
             raise UnknownTagError(spec.selector, _suggest(spec.selector, catalog))
         for model in hits:
@@ -90,8 +90,15 @@ def select_models(catalog: Catalog, tags: Iterable[str]) -> list[Model]:
             configs.extend(c for c in spec.configs if c not in configs)
     selected = []
     for model in catalog.models:
-        if model.name in chosen:
-            copy = dataclasses.replace(model, tags=list(model.tags), extra=dict(model.extra),
-                                       tag_configs=list(chosen[model.name]))
-            selected.append(catalog.refresh_dynamic(copy))
+        configs = chosen.get(model.name)
+        if configs is None:
+            continue
+        if configs or model.name in catalog.dynamic:
+            # a selected model with configs (or refreshed by update_model) is a copy, so the catalog
+            # stays as loaded; plain selections share the catalog's object (nothing mutates models)
+            copy = object.__new__(Model)
+            copy.__dict__.update(model.__dict__)
+            copy.tags, copy.extra, copy.tag_configs = list(model.tags), dict(model.extra), list(configs)
+            model = catalog.refresh_dynamic(copy)
+        selected.append(model)
     return selected

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -22,6 +23,7 @@ from typing import Any
 
 from madengine.catalog.custom import CustomModel
 from madengine.catalog.schema import Model, model_from_entry
+from madengine.core import jsonio
 from madengine.core.errors import CatalogError
 
 _REROOTED = ("dockerfile", "scripts", "onnx")
@@ -60,8 +62,8 @@ def model_root() -> Path:
 def _read_json(path: Path, root: Path) -> Any:
     shown = _shown(path, root)
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        with open(path, "rb") as handle:
+            return jsonio.loads(handle.read())
     except json.JSONDecodeError as exc:
         raise CatalogError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
                            hint="fix the JSON syntax") from None
@@ -84,13 +86,18 @@ def _entries(data: Any, shown: str) -> list[Any]:
     return data
 
 
+@functools.lru_cache(maxsize=4096)
+def _rerooted_path(scope: str, value: str) -> str:
+    return posixpath.normpath(posixpath.join("scripts", scope, value))
+
+
 def _reroot(model: Model, scope: str) -> Model:
     model.name = f"{scope}/{model.name}"
     model.scope = scope
     for field in _REROOTED:
         value = getattr(model, field)
         if value:
-            setattr(model, field, posixpath.normpath(posixpath.join("scripts", scope, value)))
+            setattr(model, field, _rerooted_path(scope, value))
     return model
 
 

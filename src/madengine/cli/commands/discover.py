@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus
@@ -20,6 +19,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                    description="List the models the tags select (all models without --tags).")
     add_tags_argument(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON array of the model objects on stdout")
+    parser.add_argument("--pretty", action="store_true", help="indent the --json output")
     parser.set_defaults(handler=handle)
 
 
@@ -29,7 +29,9 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     catalog = load_catalog()
     models = select_models(catalog, args.tags) if args.tags else catalog.models
     if args.json:
-        env.data(json.dumps([m.to_dict() for m in models], indent=1))
+        from madengine.core import jsonio
+
+        env.data(jsonio.dumps([m.to_dict() for m in models], indent=args.pretty))
         return ExitStatus.OK
     from madengine.cli.render import table
 
