@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,10 +37,28 @@ class BuildInfo:
     duration: float
 
 
+def _import_docker():
+    """``import docker`` without its optional SSH transport unless DOCKER_HOST asks for ssh://.
+
+    docker-py imports paramiko eagerly when it is installed (~0.2 s); madengine talks to the local
+    engine over its socket, so paramiko is kept out of that import (it stays importable for the
+    data providers that need it).
+    """
+    block = "paramiko" not in sys.modules and not os.environ.get("DOCKER_HOST", "").startswith("ssh://")
+    if block:
+        sys.modules["paramiko"] = None  # type: ignore[assignment]  # makes docker's optional import fail
+    try:
+        import docker
+    finally:
+        if block and sys.modules.get("paramiko", 0) is None:
+            del sys.modules["paramiko"]
+    return docker
+
+
 def connect(timeout: float = 5.0):
     """A Docker client that answered a ping, or :class:`ServiceError`."""
     try:
-        import docker
+        docker = _import_docker()
     except ImportError:
         raise ServiceError("the 'docker' Python package is not installed", hint="pip install docker") from None
     try:

@@ -1,0 +1,69 @@
+"""Overhead of `madengine run` against the bare Docker commands it stands for.
+
+Side by side in one run, alternating, on one cached image:
+  A. `madengine run --tags bench_model` (process; image already built, so the build is cached)
+  B. `docker build` of the same Dockerfile (cached) + `docker run --rm` of the same script
+Prints the medians and A − B. Target: overhead ≤ 0.5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE = os.environ.get("MADENGINE_BASE_IMAGE", "madengine-base:bookworm")
+ROUNDS = int(os.environ.get("ROUNDS", "7"))
+IMAGE = "ci-bench_model_bench"
+
+
+def make_repo(root: Path) -> None:
+    (root / "docker").mkdir()
+    (root / "docker" / "bench.Dockerfile").write_text(f"ARG BASE_DOCKER={BASE}\nFROM ${{BASE_DOCKER}}\n")
+    (root / "scripts").mkdir()
+    (root / "scripts" / "run.sh").write_text("#!/usr/bin/env bash\necho 'performance: 1 ops'\n")
+    (root / "models.json").write_text(json.dumps([{"name": "bench_model", "dockerfile": "docker/bench",
+                                                   "scripts": "scripts/run.sh", "tags": ["bench"]}]))
+
+
+def timed(argv: list[str], cwd: Path, env: dict | None = None) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, **(env or {})})
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_repo(root)
+        madengine = [sys.executable, "-m", "madengine", "run", "--tags", "bench_model", "--no-html", "-o", "p.csv",
+                     "--executor", "docker"]
+        build = ["docker", "build", "-q", "-t", IMAGE, "-f", "docker/bench.Dockerfile", "docker"]
+        run = ["docker", "run", "--rm", "-v", f"{root}/scripts:/myworkspace", "-w", "/myworkspace", IMAGE,
+               "bash", "run.sh"]
+        legacy = {"DOCKER_BUILDKIT": "0"}  # the same (classic) builder madengine drives through the API
+        timed(madengine, root)  # warm: builds the image once
+        timed(build, root, legacy)
+        ours, bare = [], []
+        for _ in range(ROUNDS):
+            ours.append(timed(madengine, root))
+            bare.append(timed(build, root, legacy) + timed(run, root))
+        subprocess.run(["docker", "rmi", "-f", IMAGE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(root, ignore_errors=True)
+    a, b = statistics.median(ours), statistics.median(bare)
+    print(f"rounds                          : {ROUNDS} (alternating)")
+    print(f"madengine run (cached image)    : {a:6.3f} s median")
+    print(f"docker build (cached) + run --rm: {b:6.3f} s median")
+    print(f"overhead                        : {a - b:+6.3f} s  (target ≤ 0.5 s)   ratio {a / b:.2f}")
+    print("PASS" if a - b <= 0.5 else "FAIL")
+
+
+if __name__ == "__main__":
+    main()
