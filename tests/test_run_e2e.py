@@ -268,3 +268,16 @@ def test_two_concurrent_runs_append_to_one_perf_csv(model_repo, docker_client, d
                              "sub/model1", "sub/model2", "dyn/model3", "dummy_dir"])
     assert codes == [1, 0]
     assert len({r["run_id"] for r in rows}) == 2
+
+
+def test_clean_docker_cache_rebuilds(model_repo, cli, docker_only):
+    assert cli("run", "--tags", "argtest").code == 0
+    cached = cli("run", "--tags", "argtest", "--live-output")
+    assert "Using cache" in cached.stderr
+    fresh = cli("run", "--tags", "argtest", "--live-output", "--clean-docker-cache")
+    assert fresh.code == 0 and "Using cache" not in fresh.stderr
+
+
+def test_command_line_is_recorded_exactly(model_repo, cli, executor):
+    cli("run", "--tags", "dummy", "--executor", executor, "--timeout", "60")
+    assert rows_by_model(model_repo)["dummy"]["command_line"] == f"madengine run --tags dummy --executor {executor} --timeout 60"

@@ -56,10 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
     env = env or Environment()
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
+    args.argv = argv  # the exact command line, recorded with every result
     if not args.command:
         parser.print_help(env.stderr)
         return int(ExitStatus.BAD_INPUT)

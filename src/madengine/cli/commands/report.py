@@ -1,9 +1,237 @@
-"""madengine report (placeholder parser; the command is added by its own issue)."""
+"""madengine report: update-perf, to-html, to-email, compare (and collect, owned by its own module)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+from pathlib import Path
+
+from madengine.cli.commands import report_collect
+from madengine.cli.env import Environment
+from madengine.core.errors import CredentialError, ExitStatus, InputError
+
+SMTP_ENV = ("MADENGINE_SMTP_HOST", "MADENGINE_SMTP_PORT", "MADENGINE_SMTP_TO", "MADENGINE_SMTP_FROM",
+            "MADENGINE_SMTP_USER", "MADENGINE_SMTP_PASSWORD")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    subparsers.add_parser("report", help="(report: in progress)")
+    parser = subparsers.add_parser("report", help="reports on perf.csv: update-perf, to-html, to-email, compare",
+                                   description="Append results to perf.csv and turn perf.csv files into reports.")
+    parser.set_defaults(handler=functools.partial(_usage, parser))
+    commands = parser.add_subparsers(dest="report_command", metavar="{update-perf,to-html,to-email,compare,collect}")
+    _add_update_perf(commands)
+    _add_to_html(commands)
+    _add_to_email(commands)
+    _add_compare(commands)
+    report_collect.add_subparser(commands)
+
+
+def _usage(parser: argparse.ArgumentParser, args: argparse.Namespace, env: Environment) -> ExitStatus:
+    parser.print_help(env.stderr)
+    return ExitStatus.BAD_INPUT
+
+
+# --- update-perf -------------------------------------------------------------------------------
+
+def _add_update_perf(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("update-perf", help="append a result (JSON or multiple_results CSV) to perf.csv",
+                                 description="Append one result to perf.csv (created with the standard header when "
+                                             "missing). Existing rows are never rewritten or lost; columns the file "
+                                             "lacks are added at the end.")
+    result = parser.add_mutually_exclusive_group()
+    result.add_argument("--single_result", "--single-result", dest="single_result", metavar="JSON",
+                        help="a result object (or list of them); status SUCCESS when it has a numeric performance")
+    result.add_argument("--exception-result", "--exception_result", dest="exception_result", metavar="JSON",
+                        help="the result of a run that raised: recorded as FAILURE")
+    result.add_argument("--failed-result", "--failed_result", dest="failed_result", metavar="JSON",
+                        help="the result of a run that failed: recorded as FAILURE")
+    result.add_argument("--multiple-results", "--multiple_results", dest="multiple_results", metavar="CSV",
+                        help="a multiple_results CSV (model, performance, metric, extra columns): one row per line")
+    parser.add_argument("--perf-csv", "--perf_csv", dest="perf_csv", default="perf.csv", metavar="CSV",
+                        help="perf.csv to append to (default: perf.csv)")
+    parser.add_argument("--model-name", "--model_name", dest="model_name", default=None,
+                        help="model name: prefix of multiple_results rows ('<name>_<row model>'); "
+                             "the model of a JSON result that names none")
+    parser.add_argument("--common-info", "--common_info", dest="common_info", default=None, metavar="JSON",
+                        help="run details shared by every row (a JSON object); the result's own values win")
+    parser.add_argument("--json", action="store_true", help="print the appended rows as JSON on stdout")
+    parser.set_defaults(handler=handle_update_perf)
+
+
+def handle_update_perf(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.reports.update_perf import update_perf
+
+    def path(value: str | None) -> Path | None:
+        return Path(value) if value else None
+
+    rows = update_perf(Path(args.perf_csv), single_result=path(args.single_result),
+                       exception_result=path(args.exception_result), failed_result=path(args.failed_result),
+                       multiple_results=path(args.multiple_results), model_name=args.model_name,
+                       common_info=path(args.common_info))
+    if args.json:
+        env.data(json.dumps(rows, indent=1))
+    env.message(f"madengine: appended {len(rows)} row(s) to {args.perf_csv}" if rows
+                else f"madengine: no result given; {args.perf_csv} exists with its header")
+    return ExitStatus.OK
+
+
+# --- to-html -----------------------------------------------------------------------------------
+
+def _add_to_html(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("to-html", help="write perf.html (self-contained page) from perf.csv",
+                                 description="Write one self-contained HTML page (summary, charts, sortable and "
+                                             "filterable tables) from a perf.csv, beside it by default.")
+    parser.add_argument("--csv-file-path", "--csv_file_path", dest="csv_file_path", required=True, metavar="CSV",
+                        help="the perf.csv to report on")
+    parser.add_argument("-o", "--output", default=None, metavar="HTML",
+                        help="page to write (default: the CSV's name with .html, beside it)")
+    parser.set_defaults(handler=handle_to_html)
+
+
+def handle_to_html(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.reports.html import csv_to_html
+
+    page = csv_to_html(Path(args.csv_file_path), Path(args.output) if args.output else None)
+    env.data(str(page))
+    return ExitStatus.OK
+
+
+# --- to-email ----------------------------------------------------------------------------------
+
+def _add_to_email(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("to-email", help="one HTML email body from every CSV in a folder; optionally send it",
+                                 description="Write one HTML email body with a section per CSV file of a folder "
+                                             "(sorted by name). With an SMTP host it is also sent as a MIME message "
+                                             "(text + HTML). SMTP settings fall back to the environment: "
+                                             + ", ".join(SMTP_ENV) + " (the password only from the environment).")
+    parser.add_argument("--csv-file-path", "--csv_file_path", "--dir", dest="csv_file_path", default=".",
+                        metavar="DIR", help="folder of CSV files (default: current folder)")
+    parser.add_argument("-o", "--output", default=None, metavar="HTML",
+                        help="file to write the body to (default: DIR/run_results.html)")
+    parser.add_argument("--subject", default=None, help="email subject (default: the summary counts)")
+    smtp = parser.add_argument_group("sending (only when an SMTP host is given)")
+    smtp.add_argument("--smtp-host", default=None, metavar="HOST", help="SMTP server [MADENGINE_SMTP_HOST]")
+    smtp.add_argument("--smtp-port", type=int, default=None, metavar="PORT",
+                      help="SMTP port (default 25, or 465 with --smtp-ssl) [MADENGINE_SMTP_PORT]")
+    smtp.add_argument("--to", action="append", default=[], metavar="ADDR",
+                      help="recipient; repeat or comma-separate [MADENGINE_SMTP_TO]")
+    smtp.add_argument("--from", dest="sender", default=None, metavar="ADDR", help="sender [MADENGINE_SMTP_FROM]")
+    smtp.add_argument("--smtp-user", default=None, metavar="USER",
+                      help="log in as USER with the password in MADENGINE_SMTP_PASSWORD [MADENGINE_SMTP_USER]")
+    smtp.add_argument("--smtp-ssl", action="store_true",
+                      help="implicit TLS (SMTPS); without it STARTTLS is used whenever the server offers it")
+    smtp.add_argument("--smtp-timeout", type=float, default=30.0, metavar="SECONDS", help="connection timeout")
+    parser.set_defaults(handler=handle_to_email)
+
+
+def _recipients(values: list[str]) -> list[str]:
+    return [address.strip() for value in values for address in value.split(",") if address.strip()]
+
+
+def smtp_settings(args: argparse.Namespace, environ) -> "SmtpSettings | None":
+    """SMTP settings from flags, then the environment; None when no host is set (write only)."""
+    from madengine.core.redact import register_secret
+    from madengine.reports.mail import SmtpSettings
+
+    host = args.smtp_host or environ.get("MADENGINE_SMTP_HOST", "")
+    if not host:
+        return None
+    port_text = str(args.smtp_port) if args.smtp_port is not None else environ.get("MADENGINE_SMTP_PORT", "")
+    try:
+        port = int(port_text) if port_text else (465 if args.smtp_ssl else 25)
+    except ValueError:
+        raise InputError(f"'{port_text}' is not a port number", path="MADENGINE_SMTP_PORT") from None
+    user = args.smtp_user or environ.get("MADENGINE_SMTP_USER") or None
+    password = environ.get("MADENGINE_SMTP_PASSWORD") or None
+    if password:
+        register_secret(password)
+    if user and not password:
+        raise CredentialError("an SMTP user needs a password", path="MADENGINE_SMTP_PASSWORD",
+                              hint="set it in the environment; it is never taken from the command line")
+    return SmtpSettings(host=host, port=port, sender=args.sender or environ.get("MADENGINE_SMTP_FROM", ""),
+                        recipients=_recipients(args.to or [environ.get("MADENGINE_SMTP_TO", "")]),
+                        user=user, password=password, use_ssl=args.smtp_ssl, timeout=args.smtp_timeout)
+
+
+def handle_to_email(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.reports.mail import send_email, write_email
+
+    settings = smtp_settings(args, env.environ)
+    if settings and (not settings.sender or not settings.recipients):
+        raise InputError("sending needs --from and --to", path="--from/--to",
+                         hint="or set MADENGINE_SMTP_FROM and MADENGINE_SMTP_TO")
+    target, body = write_email(Path(args.csv_file_path), Path(args.output) if args.output else None, args.subject)
+    env.data(str(target))
+    env.message(f"madengine: email body of {len(body.files)} file(s) written to {target}")
+    if settings:
+        send_email(body, settings)
+        env.message(f"madengine: sent to {', '.join(settings.recipients)} via {settings.host}:{settings.port}")
+    return ExitStatus.OK
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+def _threshold(text: str) -> float:
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a percentage") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("compare", help="compare two perf.csv files or two runs per model",
+                                 description="Per model (and metric): the mean of the SUCCESS rows on each side, the "
+                                             "ratio new/old and a verdict: faster, slower, unchanged, new, missing. "
+                                             "Metrics where lower is better (times, latencies) count in reverse.")
+    parser.add_argument("files", nargs="*", metavar="CSV", help="OLD and NEW perf.csv")
+    parser.add_argument("--old-run", default=None, metavar="ID", help="run id of the old results in the database")
+    parser.add_argument("--new-run", default=None, metavar="ID", help="run id of the new results in the database")
+    parser.add_argument("--db-url", default=None, metavar="URL",
+                        help="results database (default: MADENGINE_DB_URL, else the embedded SQLite file)")
+    parser.add_argument("--threshold", type=_threshold, default=5.0, metavar="PERCENT",
+                        help="change that counts as faster/slower, in percent (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any model is slower")
+    parser.set_defaults(handler=handle_compare)
+
+
+def handle_compare(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.reports.compare import compare_csv, compare_runs, counts
+
+    threshold = args.threshold / 100
+    by_runs = args.old_run is not None or args.new_run is not None
+    if by_runs and (args.files or not (args.old_run and args.new_run)):
+        raise InputError("give either two perf.csv files or both --old-run and --new-run", path="compare")
+    if by_runs:
+        old, new = args.old_run, args.new_run
+        results = compare_runs(args.db_url or env.environ.get("MADENGINE_DB_URL") or None, old, new, threshold)
+    elif len(args.files) == 2:
+        old, new = args.files
+        results = compare_csv(Path(old), Path(new), threshold)
+    else:
+        raise InputError(f"expected two perf.csv files (OLD NEW), got {len(args.files)}", path="compare",
+                         hint="or use --old-run ID --new-run ID")
+    tally = counts(results)
+    if args.json:
+        env.data(json.dumps({"old": old, "new": new, "threshold_percent": args.threshold, "counts": tally,
+                             "models": [r.to_json() for r in results]}, indent=1))
+    else:
+        _print_comparison(env, results)
+    env.message("madengine: " + ", ".join(f"{n} {verdict}" for verdict, n in tally.items()))
+    if args.fail_on_regression and tally["slower"]:
+        return ExitStatus.FAILED
+    return ExitStatus.OK
+
+
+def _print_comparison(env: Environment, results) -> None:
+    from madengine.cli.render import table
+    from madengine.reports.metrics import format_number
+
+    rows = [(r.model, r.metric, "lower" if r.lower_is_better else "higher", format_number(r.old_mean),
+             format_number(r.new_mean), "" if r.ratio is None else f"{r.ratio:.3f}",
+             "" if r.change is None else f"{r.change * 100:+.1f}%", r.verdict) for r in results]
+    env.data(table(("model", "metric", "better", "old", "new", "ratio", "change", "verdict"), rows))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
@@ -168,7 +167,7 @@ def write_html(env: Environment, perf_csv: Path) -> None:
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if not args.tags and not getattr(args, "manifest_file", None):
         raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
-    argv_text = " ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]])
+    argv_text = shlex.join(["madengine", *args.argv])
     options = options_from_args(args, argv_text)
     if args.executor == "slurm":
         from madengine.distributed.slurm import run_on_slurm

@@ -1,0 +1,95 @@
+"""Container options by GPU vendor (no GPU can run here: the options are checked as data), the
+MAD_* environment, and the translation of additional_docker_run_options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from madengine.catalog import model_from_entry
+from madengine.context import Context
+from madengine.core.errors import ExecutionError
+from madengine.execution.docker import DockerExecutor, base_image
+from madengine.execution.dockeropts import parse_run_options
+from madengine.execution.plan import RunSpec, model_env, resolve_gpus
+
+
+def _model(**fields):
+    return model_from_entry({"name": "m", "scripts": "run.sh", **fields}, source="models.json")
+
+
+def _context(vendor: str, ngpus: int, **extra) -> Context:
+    return Context({"gpu_vendor": vendor, "system_ngpus": ngpus, "gpu_architecture": "arch", "guest_os": "UBUNTU",
+                    **extra})
+
+
+def _spec(tmp_path: Path, model, env, gpu_ids) -> RunSpec:
+    return RunSpec(key="ci-m_x", model=model, workdir=tmp_path, log_path=tmp_path / "l", artifacts_dir=tmp_path,
+                   env=env, steps=[], gpu_ids=gpu_ids)
+
+
+def test_nvidia_gets_device_requests_for_its_gpus(tmp_path):
+    model = _model(n_gpus="2")
+    ctx = _context("NVIDIA", 4)
+    gpus = resolve_gpus(model, ctx)
+    args = DockerExecutor(client=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, gpus, "r", "docker"), gpus))
+    (request,) = args["device_requests"]
+    assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
+    assert "devices" not in args and "privileged" not in args and "cap_add" not in args
+
+
+def test_amd_gets_kfd_and_render_nodes(tmp_path):
+    model = _model(n_gpus="1")
+    ctx = _context("AMD", 2)
+    args = DockerExecutor(client=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [0], "r", "docker"), [0]))
+    assert args["devices"][0] == "/dev/kfd:/dev/kfd:rwm" and "device_requests" not in args
+
+
+def test_cpu_gets_no_devices_and_least_privilege(tmp_path):
+    model = _model()
+    ctx = _context("CPU", 0)
+    args = DockerExecutor(client=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [], "r", "docker"), []))
+    for key in ("devices", "device_requests", "privileged", "cap_add", "security_opt", "network_mode", "ipc_mode"):
+        assert key not in args
+    assert args["volumes"][str(tmp_path.resolve())] == {"bind": "/myworkspace", "mode": "rw"}
+
+
+def test_gpu_resolution():
+    assert resolve_gpus(_model(n_gpus="-1"), _context("NVIDIA", 8)) == list(range(8))
+    assert resolve_gpus(_model(n_gpus="2"), _context("AMD", 8, docker_gpus="4-7")) == [4, 5]
+    assert resolve_gpus(_model(n_gpus="4"), _context("CPU", 0)) == []
+    with pytest.raises(ExecutionError, match="needs 3 GPU"):
+        resolve_gpus(_model(n_gpus="3"), _context("NVIDIA", 2))
+
+
+def test_mad_environment():
+    model = _model(n_gpus="2", multiple_results="r.csv")
+    model.tag_configs = [("batch-size", "64")]
+    ctx = _context("NVIDIA", 4, docker_env_vars={"OMP_NUM_THREADS": "1"})
+    ctx.values["gpu_architecture"] = "NVIDIA H100 80GB HBM3"
+    env = model_env(model, ctx, [0, 1], "run-1", "docker")
+    assert env["MAD_MODEL_NAME"] == "m" and env["MAD_GPU_VENDOR"] == "NVIDIA"
+    assert env["MAD_SYSTEM_NGPUS"] == "4" and env["MAD_RUNTIME_NGPUS"] == "2"
+    assert env["MAD_SYSTEM_GPU_ARCHITECTURE"] == "NVIDIA H100 80GB HBM3"
+    assert env["MAD_OUTPUT_CSV"] == "r.csv" and env["MAD_MODEL_BATCH_SIZE"] == "64" and env["BATCH_SIZE"] == "64"
+    assert env["OMP_NUM_THREADS"] == "1" and env["MAD_GUEST_OS"] == "UBUNTU"
+
+
+def test_run_options_translation():
+    opts = parse_run_options("--shm-size 8G --ipc=host --cap-add SYS_PTRACE --cap-add SYS_ADMIN -e A=1 "
+                             "-v /data:/data:ro --device /dev/fuse --ulimit memlock=-1:-1 --privileged -u 0:0")
+    assert opts["shm_size"] == "8G" and opts["ipc_mode"] == "host" and opts["cap_add"] == ["SYS_PTRACE", "SYS_ADMIN"]
+    assert opts["environment"] == {"A": "1"} and opts["volumes"] == {"/data": {"bind": "/data", "mode": "ro"}}
+    assert opts["devices"] == ["/dev/fuse"] and opts["privileged"] is True and opts["user"] == "0:0"
+    with pytest.raises(ExecutionError, match="unsupported option '--mount'"):
+        parse_run_options("--mount type=bind")
+    with pytest.raises(ExecutionError, match="needs a value"):
+        parse_run_options("--shm-size")
+
+
+def test_base_image_resolution():
+    text = "ARG BASE_DOCKER=rocm/pytorch:latest\nFROM ${BASE_DOCKER}\n"
+    assert base_image(text, {}) == "rocm/pytorch:latest"
+    assert base_image(text, {"BASE_DOCKER": "my/base:1"}) == "my/base:1"
+    assert base_image("FROM --platform=linux/amd64 debian:12 AS b\n", {}) == "debian:12"
