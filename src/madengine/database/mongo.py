@@ -1,0 +1,357 @@
+"""MongoDB (pymongo): the results collection behind ``--db-url mongodb://...`` and the documents
+of ``upload-mongodb``.
+
+Results collection (``create-table``/``update-table``/``list-runs``/``fetch_run``): one document per
+perf.csv row, ``_id`` = the row's content key, written with ``$setOnInsert`` upserts so a
+re-import changes nothing; ``seq`` orders documents by insertion.
+
+``upload-mongodb`` documents (see docs/database.md for their shape):
+
+* ``--type run``: one document per result row, ``_id = run:<name>:<run_id>:<content key>``,
+  written with ``$setOnInsert``: a document, once stored, is never overwritten, and a later run
+  (another run id) always makes new documents.
+* ``--type job``: one document per job (a JSON object, or the rows of one run id of a CSV),
+  ``_id = job:<name>:<run_id>`` (the content hash when there is no run id), written with ``$set``:
+  uploading the same job again refreshes it, a later run makes a new document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from madengine.core.errors import CredentialError, InputError, MadEngineError, ServiceError
+from madengine.database.rows import GroupKey, ImportRow, content_keys, numeric_performances
+from madengine.database.sql import EXTRA_COLUMN, RunInfo, TableState
+from madengine.database.urls import DEFAULT_MONGO_DATABASE, DbUrl
+from madengine.results.columns import ALL_COLUMNS, Status
+from madengine.results.parsing import as_number
+from madengine.results.perfcsv import read_rows
+
+DEFAULT_TIMEOUT_MS = 5000
+_BATCH = 1000
+_NUMERIC_COLUMNS = ("performance", "build_duration", "test_duration", "data_download_duration")
+_AUTH_CODES = (13, 18)  # Unauthorized, AuthenticationFailed
+UPLOAD_TYPES = ("job", "run")
+
+
+# --- driver errors -> typed errors -------------------------------------------------------------
+
+def _short(text: str) -> str:
+    # the driver appends its whole topology description; the first clause says what went wrong
+    return text.split(", Timeout:")[0].split(" (configured timeouts")[0][:240]
+
+
+def _mongo_error(exc: Exception, url: DbUrl, errors: Any) -> MadEngineError:
+    if isinstance(exc, errors.ConfigurationError):
+        return InputError(f"bad MongoDB URL or option ({_short(str(exc))})", path=url.shown)
+    if isinstance(exc, errors.BulkWriteError):
+        first = (exc.details.get("writeErrors") or [{}])[0]
+        return ServiceError(f"MongoDB rejected a write: {first.get('errmsg', exc)}", path=url.shown)
+    if isinstance(exc, errors.OperationFailure):
+        if exc.code in _AUTH_CODES:
+            return CredentialError("MongoDB refused the credentials", path=url.shown,
+                                   hint="check the user and password (--db-url or MONGO_USER/MONGO_PASSWORD)")
+        return ServiceError(f"MongoDB error {exc.code}: {_short(str(exc))}", path=url.shown)
+    if isinstance(exc, (errors.ConnectionFailure, errors.ServerSelectionTimeoutError)):
+        return ServiceError(f"cannot reach the MongoDB server ({_short(str(exc))})", path=url.shown,
+                            hint="start it or fix --db-url / MONGO_HOST; nothing was written, upload again later")
+    return ServiceError(f"MongoDB error: {_short(str(exc))}", path=url.shown)
+
+
+@contextlib.contextmanager
+def mongo_errors(url: DbUrl) -> Iterator[None]:
+    try:
+        yield
+    except MadEngineError:
+        raise
+    except Exception as exc:
+        pymongo = sys.modules.get("pymongo")
+        if pymongo is not None and isinstance(exc, pymongo.errors.PyMongoError):
+            raise _mongo_error(exc, url, pymongo.errors) from None
+        raise
+
+
+def connect(url: DbUrl, environ: Mapping[str, str]) -> Any:
+    """A ``MongoClient`` for ``url``; nothing is sent until the first command."""
+    try:
+        import pymongo
+    except ImportError:
+        raise ServiceError("MongoDB support needs the 'pymongo' package", hint="pip install 'madengine[db]'") from None
+    raw = (environ.get("MONGO_TIMEOUT_MS") or "").strip()
+    timeout_ms = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_TIMEOUT_MS
+    options: dict[str, Any] = {"appname": "madengine"}
+    lowered = url.text.lower()
+    if "serverselectiontimeoutms" not in lowered:
+        options["serverSelectionTimeoutMS"] = timeout_ms
+    if "connecttimeoutms" not in lowered:
+        options["connectTimeoutMS"] = timeout_ms
+    with mongo_errors(url):
+        return pymongo.MongoClient(url.text, **options)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+# --- the results collection --------------------------------------------------------------------
+
+class MongoStore:
+    """The results collection: the same operations as :class:`madengine.database.sql.SqlStore`."""
+
+    def __init__(self, url: DbUrl, table: str, environ: Mapping[str, str], *, create: bool = False) -> None:
+        self.url = url
+        self.client = connect(url, environ)
+        self.database = self.client[url.database or DEFAULT_MONGO_DATABASE]
+        self.table = table
+        self.collection = self.database[table]
+
+    def __enter__(self) -> "MongoStore":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.client.close()
+
+    def table_exists(self) -> bool:
+        return self.table in self.database.list_collection_names(filter={"name": self.table})
+
+    def require_table(self) -> None:
+        if not self.table_exists():
+            raise InputError(f"no results collection '{self.table}' yet", path=self.url.shown,
+                             hint="'madengine database update-table --csv-file-path perf.csv' creates and fills it")
+
+    def create_table(self) -> TableState:
+        existed = self.table_exists()
+        self.collection.create_index([("model", 1), ("gpu_architecture", 1), ("base_docker", 1), ("status", 1),
+                                      ("seq", -1)], name=f"{self.table}_group")
+        self.collection.create_index([("run_id", 1), ("seq", 1)], name=f"{self.table}_run")
+        return TableState(created=not existed, added_columns=())
+
+    def existing_keys(self, keys: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(keys), _BATCH):
+            chunk = list(keys[start:start + _BATCH])
+            found.update(d["_id"] for d in self.collection.find({"_id": {"$in": chunk}}, {"_id": 1}))
+        return found
+
+    def recent_success(self, group: GroupKey, window: int) -> list[float]:
+        model, arch, base = group
+        cursor = self.collection.find({"model": model, "gpu_architecture": arch, "base_docker": base,
+                                       "status": Status.SUCCESS}, {"performance": 1, "_id": 0})
+        cursor = cursor.sort("seq", -1).limit(window * 4)
+        return numeric_performances(d.get("performance") for d in cursor)[:window]
+
+    def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
+        from pymongo import UpdateOne
+
+        first_seq = time.time_ns()  # later imports sort after earlier ones
+        inserted = 0
+        for start in range(0, len(rows), _BATCH):
+            requests = []
+            for offset, row in enumerate(rows[start:start + _BATCH]):
+                document = {**row.cells, EXTRA_COLUMN: dict(row.extra), "created_date": created_date,
+                            "seq": first_seq + start + offset}
+                requests.append(UpdateOne({"_id": row.key}, {"$setOnInsert": document}, upsert=True))
+            inserted += self.collection.bulk_write(requests, ordered=True).upserted_count
+        return inserted
+
+    @staticmethod
+    def _perf_row(document: Mapping[str, Any]) -> dict[str, str]:
+        row = {name: "" if document.get(name) is None else str(document.get(name)) for name in ALL_COLUMNS}
+        extra = document.get(EXTRA_COLUMN) or {}
+        if isinstance(extra, Mapping):
+            row.update({str(k): "" if v is None else str(v) for k, v in extra.items() if k not in row})
+        return row
+
+    def fetch_run(self, run_id: str) -> list[dict[str, str]]:
+        return [self._perf_row(d) for d in self.collection.find({"run_id": run_id}).sort("seq", 1)]
+
+    def list_runs(self) -> list[RunInfo]:
+        def count_of(status: str) -> dict[str, Any]:
+            return {"$sum": {"$cond": [{"$eq": ["$status", status]}, 1, 0]}}
+
+        pipeline = [
+            {"$match": {"run_id": {"$nin": ["", None]}}},
+            {"$group": {"_id": "$run_id", "created_date": {"$min": "$created_date"},
+                        "started_at": {"$min": "$started_at"}, "rows": {"$sum": 1},
+                        "success": count_of(Status.SUCCESS), "failure": count_of(Status.FAILURE),
+                        "skipped": count_of(Status.SKIPPED), "models": {"$addToSet": "$model"},
+                        "machine_name": {"$max": "$machine_name"}, "first": {"$min": "$seq"}}},
+            {"$sort": {"first": 1}},
+        ]
+        return [RunInfo(run_id=str(d["_id"]), created_date=str(d.get("created_date") or ""),
+                        started_at=str(d.get("started_at") or ""), rows=int(d["rows"]), success=int(d["success"]),
+                        failure=int(d["failure"]), skipped=int(d["skipped"]), models=len(d.get("models") or []),
+                        machine_name=str(d.get("machine_name") or ""))
+                for d in self.collection.aggregate(pipeline)]
+
+    def count(self) -> int:
+        return int(self.collection.count_documents({}))
+
+
+# --- upload-mongodb ----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class UploadResult:
+    url: str
+    database: str
+    collection: str
+    kind: str
+    files: list[str]
+    documents: int = 0
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def upload_files(path: Path) -> list[Path]:
+    """The files ``--file-path`` names: the file itself, or the ``*.csv``/``*.json`` of a folder."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".csv", ".json"))
+        if not files:
+            raise InputError("no .csv or .json file in this folder", path=str(path))
+        return files
+    if not path.exists():
+        raise InputError("file or folder not found", path=str(path))
+    if path.suffix.lower() not in (".csv", ".json"):
+        raise InputError("not a .csv or .json file", path=str(path))
+    return [path]
+
+
+def _read_json_objects(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", path=str(path)) from None
+    items = data if isinstance(data, list) else [data]
+    if not items or not all(isinstance(item, dict) for item in items):
+        raise InputError("must hold a JSON object or a non-empty array of objects", path=str(path))
+    return data
+
+
+def _typed(value: Any) -> Any:
+    """CSV cells as MongoDB values: JSON objects/arrays parsed, the rest kept."""
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _run_document(row: Mapping[str, Any]) -> dict[str, Any]:
+    document = {str(k): _typed(v) for k, v in row.items()}
+    for column in _NUMERIC_COLUMNS:
+        if isinstance(document.get(column), str):
+            number = as_number(document[column])
+            if number is not None:
+                document[column] = number
+    return document
+
+
+def _file_rows(path: Path) -> list[dict[str, Any]]:
+    """Result rows of a file: CSV rows, the ``results`` of a run summary, or JSON objects."""
+    if path.suffix.lower() == ".csv":
+        rows: list[dict[str, Any]] = list(read_rows(path))
+        if not rows and not path.read_text(encoding="utf-8").strip():
+            raise InputError("empty file: no CSV header", path=str(path))
+        return rows
+    data = _read_json_objects(path)
+    if isinstance(data, dict) and isinstance(data.get("results"), list):  # `madengine run --json`
+        return [{"run_id": data.get("run_id", ""), **item} for item in data["results"] if isinstance(item, dict)]
+    return data if isinstance(data, list) else [data]
+
+
+def _hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _as_cells(row: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str) for k, v in row.items()}
+
+
+def _job_documents(path: Path) -> list[dict[str, Any]]:
+    if path.suffix.lower() == ".json":
+        data = _read_json_objects(path)
+        return [dict(item) for item in (data if isinstance(data, list) else [data])]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in _file_rows(path):
+        groups.setdefault(str(row.get("run_id") or ""), []).append(row)
+    documents = []
+    for run_id, rows in groups.items():
+        counts = {status: sum(1 for r in rows if r.get("status") == status) for status in Status.ALL}
+        documents.append({"run_id": run_id, "counts": counts, "rows": [_run_document(r) for r in rows]})
+    return documents
+
+
+def build_upload_requests(kind: str, files: Sequence[Path], name: str) -> list[Any]:
+    """The pymongo write requests for ``upload-mongodb`` (see the module docstring)."""
+    from pymongo import UpdateOne
+
+    now = _now()
+    created = now.strftime("%Y-%m-%d %H:%M:%S")
+    requests = []
+    for path in files:
+        common = {"name": name, "type": kind, "source": path.name}
+        if kind == "run":
+            rows = _file_rows(path)
+            for key, row in zip(content_keys([_as_cells(r) for r in rows]), rows):
+                run_id = str(row.get("run_id") or "")
+                document = {**_run_document(row), **common, "run_id": run_id, "uploaded_at": now}
+                document.setdefault("created_date", created)
+                requests.append(UpdateOne({"_id": f"run:{name}:{run_id}:{key}"}, {"$setOnInsert": document},
+                                          upsert=True))
+        else:
+            for job in _job_documents(path):
+                run_id = str(job.get("run_id") or "")
+                document = {**job, **common, "run_id": run_id, "uploaded_at": now}
+                document.setdefault("created_date", created)
+                document.pop("_id", None)
+                document.pop("first_uploaded_at", None)
+                job_id = run_id or _hash(job)
+                requests.append(UpdateOne({"_id": f"job:{name}:{job_id}"},
+                                          {"$set": document, "$setOnInsert": {"first_uploaded_at": now}}, upsert=True))
+    return requests
+
+
+def upload(url: DbUrl, environ: Mapping[str, str], kind: str, file_path: Path, name: str,
+           database: str | None = None, collection: str | None = None) -> UploadResult:
+    if kind not in UPLOAD_TYPES:
+        raise InputError(f"unknown upload type {kind!r}", path="--type", hint="job or run")
+    if not name.strip():
+        raise InputError("must not be empty", path="--name")
+    files = upload_files(file_path)
+    requests = build_upload_requests(kind, files, name.strip())
+    database = database or url.database or DEFAULT_MONGO_DATABASE
+    collection = collection or f"{kind}s"
+    result = UploadResult(url=url.shown, database=database, collection=collection, kind=kind,
+                          files=[str(f) for f in files], documents=len(requests))
+    if not requests:
+        return result
+    client = connect(url, environ)
+    try:
+        with mongo_errors(url):
+            target = client[database][collection]
+            for start in range(0, len(requests), _BATCH):
+                written = target.bulk_write(requests[start:start + _BATCH], ordered=False)
+                result.inserted += written.upserted_count
+                result.updated += written.modified_count
+                result.unchanged += written.matched_count - written.modified_count
+    finally:
+        client.close()
+    return result

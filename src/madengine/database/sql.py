@@ -1,0 +1,318 @@
+"""SQL result stores: an embedded SQLite file (no server) or a MySQL/MariaDB server (pymysql).
+
+One schema for both: ``id`` (insertion order), ``row_key`` (the content key, UNIQUE: re-imports
+are no-ops), ``created_date``, one TEXT column per perf.csv column of
+``madengine.results.columns`` (``PERF_COLUMNS + EXTRA_COLUMNS``), and ``extra_columns`` (a JSON
+object of any other column perf.csv had). Values are bound as query parameters, never formatted
+into SQL; the only names formatted into SQL are the fixed column names and a table name checked
+against ``[A-Za-z_][A-Za-z0-9_]*``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sqlite3
+import sys
+from typing import Any, Iterator, Sequence
+
+from madengine.core.errors import ConfigError, CredentialError, InputError, MadEngineError, ServiceError
+from madengine.database.rows import GroupKey, ImportRow, numeric_performances
+from madengine.database.urls import DbUrl, check_identifier
+from madengine.results.columns import ALL_COLUMNS, Status
+
+DEFAULT_TABLE = "dlm_table"  # the original tool's table name, so dashboards keep their queries
+EXTRA_COLUMN = "extra_columns"
+SQLITE_BUSY_TIMEOUT_S = 10.0
+MYSQL_CONNECT_TIMEOUT_S = 5.0
+MYSQL_IO_TIMEOUT_S = 120  # a server that dies mid-import must not hang the command
+_BATCH = 500
+_RETRY_HINT = "perf.csv keeps every row: run 'madengine database update-table' again once it is reachable"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dialect:
+    name: str
+    param: str
+    quote: str
+    id_column: str
+    key_column: str
+    created_column: str
+    insert_ignore: str
+
+    def q(self, identifier: str) -> str:
+        return f"{self.quote}{identifier}{self.quote}"
+
+
+SQLITE = _Dialect("sqlite", "?", '"', "id INTEGER PRIMARY KEY AUTOINCREMENT", "row_key TEXT NOT NULL UNIQUE",
+                  "created_date TEXT NOT NULL", "INSERT OR IGNORE")
+MYSQL = _Dialect("mysql", "%s", "`", "id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
+                 "row_key CHAR(64) NOT NULL UNIQUE", "created_date DATETIME NOT NULL", "INSERT IGNORE")
+
+STORED_COLUMNS: tuple[str, ...] = (*ALL_COLUMNS, EXTRA_COLUMN)
+
+
+@dataclasses.dataclass(frozen=True)
+class TableState:
+    created: bool  #: the table did not exist before
+    added_columns: tuple[str, ...]  #: columns added to an existing table (a newer madengine's columns)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """One ``run_id`` of the results table."""
+
+    run_id: str
+    created_date: str
+    started_at: str
+    rows: int
+    success: int
+    failure: int
+    skipped: int
+    models: int
+    machine_name: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --- driver errors -> typed errors -------------------------------------------------------------
+
+def _mysql_error(exc: Exception, url: DbUrl) -> MadEngineError:
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+    text = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+    if code == 1045:
+        return CredentialError(f"MySQL refused the credentials of user '{url.user}'", path=url.shown,
+                               hint="check the user and password (--db-url or TUNA_DB_USER_NAME/TUNA_DB_USER_PASSWORD)")
+    if code in (1044, 1142, 1227):
+        return CredentialError(f"MySQL denied access: {text}", path=url.shown, hint="grant the user rights on that database")
+    if code in (2002, 2003, 2005, 2006, 2013, 2055):
+        return ServiceError(f"cannot reach the MySQL server ({text})", path=url.shown, hint=_RETRY_HINT)
+    return ServiceError(f"MySQL error {code}: {text}", path=url.shown)
+
+
+def _sqlite_error(exc: sqlite3.Error, url: DbUrl) -> MadEngineError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError):
+        if "locked" in text or "busy" in text:
+            return ServiceError(f"the SQLite database is locked by another process ({text})", path=url.shown,
+                                hint=_RETRY_HINT)
+        return ServiceError(f"SQLite error: {text}", path=url.shown, hint=_RETRY_HINT)
+    return InputError(f"not a usable SQLite database ({text})", path=url.shown)
+
+
+@contextlib.contextmanager
+def driver_errors(url: DbUrl) -> Iterator[None]:
+    """Turn database driver exceptions into one-line typed errors naming the (masked) URL."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc, url) from None
+    except MadEngineError:
+        raise
+    except Exception as exc:
+        pymysql = sys.modules.get("pymysql")
+        if pymysql is not None and isinstance(exc, pymysql.err.MySQLError):
+            raise _mysql_error(exc, url) from None
+        raise
+
+
+# --- connections -------------------------------------------------------------------------------
+
+def _connect_sqlite(url: DbUrl, create: bool) -> sqlite3.Connection:
+    assert url.path is not None
+    path = url.path
+    if not path.exists() and not create:
+        raise InputError("database file not found", path=str(path),
+                         hint="'madengine database update-table --csv-file-path perf.csv' creates it")
+    if path.is_dir():
+        raise InputError("is a directory, not a SQLite database file", path=str(path))
+    if not path.parent.is_dir():
+        raise InputError("the folder of the database file does not exist", path=str(path))
+    connection = sqlite3.connect(str(path), timeout=url.timeout or SQLITE_BUSY_TIMEOUT_S)
+    connection.execute("PRAGMA schema_version").fetchone()  # fails now, not later, on a non-database file
+    return connection
+
+
+def _connect_mysql(url: DbUrl, create: bool) -> Any:
+    try:
+        import pymysql
+    except ImportError:
+        raise ServiceError("MySQL support needs the 'pymysql' package",
+                           hint="pip install 'madengine[db]'") from None
+    options = dict(host=url.host, port=url.port or 3306, user=url.user, password=url.password, charset="utf8mb4",
+                   connect_timeout=url.timeout or MYSQL_CONNECT_TIMEOUT_S, read_timeout=MYSQL_IO_TIMEOUT_S,
+                   write_timeout=MYSQL_IO_TIMEOUT_S, autocommit=False)
+    try:
+        return pymysql.connect(database=url.database, **options)
+    except pymysql.err.OperationalError as exc:
+        if not exc.args or exc.args[0] != 1049:
+            raise
+        if not create:
+            raise InputError(f"database '{url.database}' does not exist", path=url.shown,
+                             hint="'madengine database create-table' creates it") from None
+    # like the original tool: a missing database is created (name checked when the URL was parsed)
+    connection = pymysql.connect(**options)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE IF NOT EXISTS {MYSQL.q(url.database)} CHARACTER SET utf8mb4")
+    connection.select_db(url.database)
+    return connection
+
+
+class SqlStore:
+    """The results table of one SQL database. Use as a context manager inside
+    :func:`driver_errors`; nothing is committed unless the ``with`` block succeeds."""
+
+    def __init__(self, url: DbUrl, table: str = DEFAULT_TABLE, *, create: bool = False) -> None:
+        self.url = url
+        self.table = check_identifier(table, "table")
+        self.dialect = SQLITE if url.scheme == "sqlite" else MYSQL
+        connect = _connect_sqlite if url.scheme == "sqlite" else _connect_mysql
+        self.connection = connect(url, create)
+
+    def __enter__(self) -> "SqlStore":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if exc_type is None:
+                self.connection.commit()
+            else:
+                self.connection.rollback()
+        finally:
+            self.connection.close()
+
+    # --- helpers ---
+
+    def _sql(self, text: str) -> str:
+        """``text`` with ``{t}`` the quoted table and ``?`` the dialect's parameter marker."""
+        return text.replace("{t}", self.dialect.q(self.table)).replace("?", self.dialect.param)
+
+    def _execute(self, text: str, params: Sequence[Any] = ()) -> Any:
+        cursor = self.connection.cursor()
+        cursor.execute(self._sql(text), tuple(params))
+        return cursor
+
+    def table_exists(self) -> bool:
+        if self.dialect is SQLITE:
+            query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
+        else:
+            query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+        return self._execute(query, (self.table,)).fetchone() is not None
+
+    def columns(self) -> list[str]:
+        cursor = self._execute("SELECT * FROM {t} WHERE 1 = 0")
+        names = [d[0] for d in cursor.description]
+        cursor.fetchall()
+        return names
+
+    def require_table(self) -> None:
+        if not self.table_exists():
+            raise InputError(f"no results table '{self.table}' yet", path=self.url.shown,
+                             hint="'madengine database update-table --csv-file-path perf.csv' creates and fills it")
+
+    # --- schema ---
+
+    def _create_statement(self) -> str:
+        q = self.dialect.q
+        columns = [self.dialect.id_column, self.dialect.key_column, self.dialect.created_column]
+        columns += [f"{q(name)} TEXT" for name in STORED_COLUMNS]
+        if self.dialect is MYSQL:
+            # TEXT columns are indexed by prefix in MySQL
+            columns.append(f"INDEX {q(self.table + '_group')} (model(100), gpu_architecture(64), base_docker(100), status(16))")
+            columns.append(f"INDEX {q(self.table + '_run')} (run_id(64))")
+            return f"CREATE TABLE IF NOT EXISTS {q(self.table)} ({', '.join(columns)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        return f"CREATE TABLE IF NOT EXISTS {q(self.table)} ({', '.join(columns)})"
+
+    def _create_sqlite_indexes(self) -> None:
+        q = self.dialect.q
+        self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_group')} ON {{t}} "
+                      "(model, gpu_architecture, base_docker, status)")
+        self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_run')} ON {{t}} (run_id)")
+
+    def create_table(self) -> TableState:
+        """Create the results table, or add the columns a newer madengine has; idempotent."""
+        existed = self.table_exists()
+        added: list[str] = []
+        if not existed:
+            self._execute(self._create_statement())
+        else:
+            present = set(self.columns())
+            if "row_key" not in present:
+                raise ConfigError(f"table '{self.table}' was not created by this madengine (it has no row_key column)",
+                                  path=self.url.shown, hint="choose another table with --table, or rename that one")
+            for name in STORED_COLUMNS:
+                if name not in present:
+                    self._execute(f"ALTER TABLE {{t}} ADD COLUMN {self.dialect.q(name)} TEXT")
+                    added.append(name)
+        if self.dialect is SQLITE:
+            self._create_sqlite_indexes()
+        return TableState(created=not existed, added_columns=tuple(added))
+
+    # --- rows ---
+
+    def existing_keys(self, keys: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for start in range(0, len(keys), _BATCH):
+            chunk = keys[start:start + _BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            found.update(r[0] for r in self._execute(f"SELECT row_key FROM {{t}} WHERE row_key IN ({marks})", chunk))
+        return found
+
+    def recent_success(self, group: GroupKey, window: int) -> list[float]:
+        """Performances of the newest SUCCESS rows of ``group``, newest first."""
+        cursor = self._execute(
+            "SELECT performance FROM {t} WHERE model = ? AND gpu_architecture = ? AND base_docker = ? AND status = ? "
+            "ORDER BY id DESC LIMIT ?", (*group, Status.SUCCESS, window * 4))
+        return numeric_performances(r[0] for r in cursor.fetchall())[:window]
+
+    def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
+        """Insert ``rows`` (a row whose key is already stored is skipped); returns how many were new."""
+        q = self.dialect.q
+        names = ["row_key", "created_date", *STORED_COLUMNS]
+        statement = (f"{self.dialect.insert_ignore} INTO {{t}} ({', '.join(q(n) for n in names)}) "
+                     f"VALUES ({', '.join('?' for _ in names)})")
+        inserted = 0
+        for start in range(0, len(rows), _BATCH):
+            values = [(row.key, created_date, *(row.cells[n] for n in ALL_COLUMNS),
+                       json.dumps(row.extra, ensure_ascii=False) if row.extra else "")
+                      for row in rows[start:start + _BATCH]]
+            cursor = self.connection.cursor()
+            cursor.executemany(self._sql(statement), values)
+            inserted += max(cursor.rowcount, 0)
+        return inserted
+
+    def _perf_row(self, names: Sequence[str], values: Sequence[Any]) -> dict[str, str]:
+        record = dict(zip(names, values))
+        row = {name: _text(record.get(name)) for name in ALL_COLUMNS}
+        extra = _text(record.get(EXTRA_COLUMN))
+        if extra:
+            try:
+                row.update({k: _text(v) for k, v in json.loads(extra).items() if k not in row})
+            except (ValueError, AttributeError):
+                pass  # a hand-edited cell must not make the whole run unreadable
+        return row
+
+    def fetch_run(self, run_id: str) -> list[dict[str, str]]:
+        cursor = self._execute("SELECT * FROM {t} WHERE run_id = ? ORDER BY id", (run_id,))
+        names = [d[0] for d in cursor.description]
+        return [self._perf_row(names, values) for values in cursor.fetchall()]
+
+    def list_runs(self) -> list[RunInfo]:
+        cursor = self._execute(
+            "SELECT run_id, MIN(created_date), MIN(started_at), COUNT(*), "
+            "SUM(CASE WHEN status = ? THEN 1 ELSE 0 END), SUM(CASE WHEN status = ? THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN status = ? THEN 1 ELSE 0 END), COUNT(DISTINCT model), MAX(machine_name), MIN(id) "
+            "FROM {t} WHERE run_id IS NOT NULL AND run_id <> '' GROUP BY run_id ORDER BY MIN(id)",
+            (Status.SUCCESS, Status.FAILURE, Status.SKIPPED))
+        return [RunInfo(run_id=_text(r[0]), created_date=_text(r[1]), started_at=_text(r[2]), rows=int(r[3]),
+                        success=int(r[4] or 0), failure=int(r[5] or 0), skipped=int(r[6] or 0), models=int(r[7]),
+                        machine_name=_text(r[8])) for r in cursor.fetchall()]
+
+    def count(self) -> int:
+        return int(self._execute("SELECT COUNT(*) FROM {t}").fetchone()[0])
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)

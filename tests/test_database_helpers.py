@@ -1,0 +1,43 @@
+"""Helpers shared by the tests of `madengine database` (no tests here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable
+
+from madengine.results import PerfRecord, append_records
+
+
+def write_perf_csv(path: Path, rows: Iterable[dict]) -> Path:
+    """A perf.csv written by the real writer (madengine.results.perfcsv), one record per dict."""
+    records = []
+    for spec in rows:
+        spec = dict(spec)
+        extra = spec.pop("extra", {})
+        spec.setdefault("status", "SUCCESS")
+        spec.setdefault("gpu_architecture", "gfx942")
+        spec.setdefault("base_docker", "rocm/pytorch:latest")
+        spec.setdefault("machine_name", "node1")
+        spec.setdefault("metric", "samples/s")
+        record = PerfRecord(**spec)
+        record.extra = extra
+        records.append(record)
+    return append_records(path, records)
+
+
+def history(model: str, values: Iterable[float], run_prefix: str = "run", **common) -> list[dict]:
+    """One SUCCESS row per value, each from its own run id (run1, run2, ...)."""
+    return [dict(model=model, performance=float(v), run_id=f"{run_prefix}{i}", **common) for i, v in enumerate(values, 1)]
+
+
+def relative(row: dict) -> dict:
+    return json.loads(row["relative_change"]) if row["relative_change"] else {}
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("madengine: error: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0]

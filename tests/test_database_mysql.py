@@ -1,0 +1,233 @@
+"""`madengine database` against a REAL MariaDB server (started by scripts/ci.d/20-mariadb.sh).
+
+Each test works in its own database ``madengine_test_<random>`` (created by the command under
+test, dropped afterwards). Under CI=true a missing server fails the tests instead of skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import sqlite3
+import threading
+
+import pytest
+
+from conftest import require_service
+from madengine.database import fetch_run, update_table
+from madengine.database.urls import parse_url
+from test_database_helpers import history, one_error_line, relative, write_perf_csv
+
+pytestmark = pytest.mark.mysql
+
+MYSQL_URL = os.environ.get("MADENGINE_TEST_MYSQL_URL",
+                           "mysql://madengine_test:madengine-test-pw@127.0.0.1:3306/madengine_test")
+
+
+def _connect(url, database=None):
+    import pymysql
+
+    return pymysql.connect(host=url.host, port=url.port, user=url.user, password=url.password,
+                           database=database, connect_timeout=3, autocommit=True)
+
+
+def _answers(url) -> bool:
+    try:
+        _connect(url).close()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server():
+    url = parse_url(MYSQL_URL)
+    require_service("MariaDB server", _answers(url), f"run scripts/ci.d/20-mariadb.sh (or set MADENGINE_TEST_MYSQL_URL); "
+                                                    f"tried {url.shown}")
+    return url
+
+
+@pytest.fixture
+def database(server, tmp_path, monkeypatch):
+    """A fresh database name on the server (created by madengine itself) and its URL."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MADENGINE_DB_URL", raising=False)
+    name = f"madengine_test_{secrets.token_hex(4)}"
+    yield name, f"mysql://{server.user}:{server.password}@{server.host}:{server.port}/{name}"
+    connection = _connect(server)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    connection.close()
+
+
+def _rows(server, name, table="dlm_table"):
+    import pymysql
+
+    connection = _connect(server, name)
+    with connection.cursor(pymysql.cursors.DictCursor) as cursor:
+        cursor.execute(f"SELECT * FROM `{table}` ORDER BY id")
+        rows = cursor.fetchall()
+    connection.close()
+    return rows
+
+
+class TcpProxy:
+    """A port that forwards to the MariaDB server while started: the database 'goes down' and
+    'comes back' at the same URL, over real sockets."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+
+    def start(self) -> None:
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", self.port))
+        self._listener.listen(8)
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for s in self._sockets:
+            s.close()
+        self._sockets.clear()
+
+
+def test_create_table_creates_database_and_table_idempotently(server, database, cli):
+    name, url = database
+    first = cli("database", "create-table", "--db-url", url, "--json")
+    assert first.code == 0, first
+    assert json.loads(first.stdout)["created"] is True
+    assert server.password not in first.stdout + first.stderr
+    again = cli("database", "create-table", "--db-url", url, "--json")
+    assert again.code == 0 and json.loads(again.stdout)["created"] is False
+    connection = _connect(server, name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+                       "AND table_name = 'dlm_table' ORDER BY ordinal_position", (name,))
+        columns = [r[0] for r in cursor.fetchall()]
+        cursor.execute("SHOW INDEX FROM dlm_table WHERE Column_name = 'row_key'")
+        unique = cursor.fetchone()
+    connection.close()
+    assert columns[:3] == ["id", "row_key", "created_date"] and "run_id" in columns and columns[-1] == "extra_columns"
+    assert unique is not None and unique[1] == 0  # Non_unique = 0
+
+
+def test_update_table_reimport_fetch_run_and_list_runs(server, database, cli, tmp_path):
+    name, url = database
+    rows = history("m", [10, 20, 30, 40, 50, 60, 70])
+    rows.insert(2, dict(model="x'); DROP TABLE dlm_table;--", status="FAILURE", reason="a 'quoted' reason", run_id="run2"))
+    rows.append(dict(model="<script>alert(1)</script>", performance=1.5, run_id="run7", extra={"note": "ünïcode"}))
+    write_perf_csv(tmp_path / "perf.csv", rows)
+
+    result = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url, "--json")
+    assert result.code == 0, result
+    assert (json.loads(result.stdout)["inserted"], json.loads(result.stdout)["already_stored"]) == (9, 0)
+    again = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url, "--json")
+    assert again.code == 0 and (json.loads(again.stdout)["inserted"], json.loads(again.stdout)["already_stored"]) == (0, 9)
+
+    stored = _rows(server, name)
+    assert len(stored) == 9 and all(r["created_date"] for r in stored)
+    assert stored[2]["model"] == "x'); DROP TABLE dlm_table;--" and stored[2]["reason"] == "a 'quoted' reason"
+    by_run = {r["run_id"]: relative(r) for r in stored if r["model"] == "m"}
+    assert by_run["run7"] == {"pct_change": 75.0, "baseline_avg": 40.0, "sample_count": 5}
+
+    # the same file into SQLite gives the same relative_change values: one algorithm, two stores
+    update_table(tmp_path / "perf.csv", "sqlite:///same.db")
+    lite = sqlite3.connect(tmp_path / "same.db").execute("SELECT relative_change FROM dlm_table ORDER BY id").fetchall()
+    assert [r[0] for r in lite] == [r["relative_change"] for r in stored]
+
+    run7 = fetch_run(url, "run7")
+    assert [r["model"] for r in run7] == ["m", "<script>alert(1)</script>"] and run7[1]["note"] == "ünïcode"
+    listed = cli("database", "list-runs", "--db-url", url, "--json")
+    assert listed.code == 0, listed
+    assert [(r["run_id"], r["rows"]) for r in json.loads(listed.stdout)][:3] == [("run1", 1), ("run2", 2), ("run3", 1)]
+
+
+def test_original_tuna_variables_select_mysql(server, database, cli, tmp_path):
+    name, _ = database
+    write_perf_csv(tmp_path / "perf.csv", history("m", [1, 2]))
+    environ = {"TUNA_DB_HOSTNAME": server.host, "TUNA_DB_PORT": str(server.port), "TUNA_DB_USER_NAME": server.user,
+               "TUNA_DB_USER_PASSWORD": server.password, "TUNA_DB_NAME": name}
+    result = cli("database", "update-table", "--csv-file-path", "perf.csv", environ=environ)
+    assert result.code == 0, result
+    assert f"/{name}" in result.stderr and server.password not in result.stderr
+    assert len(_rows(server, name)) == 2
+    assert not (tmp_path / "madengine.db").exists()
+
+
+def test_wrong_password_is_a_credential_error(server, database, cli, tmp_path):
+    name, _ = database
+    write_perf_csv(tmp_path / "perf.csv", history("m", [1]))
+    wrong = f"mysql://{server.user}:Not-The-Password-7@{server.host}:{server.port}/{name}"
+    result = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", wrong)
+    assert result.code == 2, result
+    line = one_error_line(result.stderr)
+    assert "refused the credentials" in line and "Not-The-Password-7" not in result.stderr
+    assert f"{server.user}:******@" in line
+
+
+def test_reading_a_database_that_does_not_exist_is_exit_2(server, database, cli):
+    _, url = database
+    result = cli("database", "list-runs", "--db-url", url)
+    assert result.code == 2 and "does not exist" in one_error_line(result.stderr)
+    with pytest.raises(Exception, match="does not exist"):
+        fetch_run(url, "run1")
+
+
+def test_database_down_then_up_loses_nothing(server, database, cli, tmp_path):
+    name, _ = database
+    write_perf_csv(tmp_path / "perf.csv", history("m", [1, 2, 3]))
+    proxy = TcpProxy((server.host, server.port))
+    url = f"mysql://{server.user}:{server.password}@127.0.0.1:{proxy.port}/{name}?timeout=2"
+
+    down = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url)
+    assert down.code == 2, down
+    line = one_error_line(down.stderr)
+    assert "cannot reach the MySQL server" in line and "update-table' again" in line
+    assert server.password not in down.stderr
+
+    proxy.start()
+    try:
+        up = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url, "--json")
+        assert up.code == 0, up
+        assert json.loads(up.stdout)["inserted"] == 3
+        rerun = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url, "--json")
+        assert json.loads(rerun.stdout)["inserted"] == 0
+    finally:
+        proxy.stop()
+    assert len(_rows(server, name)) == 3
