@@ -281,3 +281,17 @@ def test_clean_docker_cache_rebuilds(model_repo, cli, docker_only):
 def test_command_line_is_recorded_exactly(model_repo, cli, executor):
     cli("run", "--tags", "dummy", "--executor", executor, "--timeout", "60")
     assert rows_by_model(model_repo)["dummy"]["command_line"] == f"madengine run --tags dummy --executor {executor} --timeout 60"
+
+
+def test_auto_executor_falls_back_to_local_and_says_so(model_repo, tmp_path):
+    done = run_process("run", "--tags", "dummy", "--no-html", cwd=model_repo,
+                       env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert done.returncode == 0, done.stderr
+    assert "no Docker engine answers; running models with the local executor" in done.stderr
+    assert rows_by_model(model_repo)["dummy"]["executor"] == "local"
+
+
+def test_docker_executor_without_engine_is_a_clear_error(model_repo, tmp_path):
+    done = run_process("run", "--tags", "dummy", "--executor", "docker", cwd=model_repo,
+                       env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert done.returncode == 2 and "no Docker engine answers" in done.stderr and "Traceback" not in done.stderr
