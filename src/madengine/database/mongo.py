@@ -174,23 +174,22 @@ class MongoStore:
         return [self._perf_row(d) for d in self.collection.find({"run_id": run_id}).sort("seq", 1)]
 
     def list_runs(self) -> list[RunInfo]:
-        def count_of(status: str) -> dict[str, Any]:
-            return {"$sum": {"$cond": [{"$eq": ["$status", status]}, 1, 0]}}
-
-        pipeline = [
-            {"$match": {"run_id": {"$nin": ["", None]}}},
-            {"$group": {"_id": "$run_id", "created_date": {"$min": "$created_date"},
-                        "started_at": {"$min": "$started_at"}, "rows": {"$sum": 1},
-                        "success": count_of(Status.SUCCESS), "failure": count_of(Status.FAILURE),
-                        "skipped": count_of(Status.SKIPPED), "models": {"$addToSet": "$model"},
-                        "machine_name": {"$max": "$machine_name"}, "first": {"$min": "$seq"}}},
-            {"$sort": {"first": 1}},
-        ]
-        return [RunInfo(run_id=str(d["_id"]), created_date=str(d.get("created_date") or ""),
-                        started_at=str(d.get("started_at") or ""), rows=int(d["rows"]), success=int(d["success"]),
-                        failure=int(d["failure"]), skipped=int(d["skipped"]), models=len(d.get("models") or []),
-                        machine_name=str(d.get("machine_name") or ""))
-                for d in self.collection.aggregate(pipeline)]
+        # grouped here rather than by an aggregation pipeline: one plain find, the same code on any server
+        fields = {"run_id": 1, "created_date": 1, "started_at": 1, "status": 1, "model": 1, "machine_name": 1, "_id": 0}
+        runs: dict[str, dict[str, Any]] = {}
+        for document in self.collection.find({"run_id": {"$nin": ["", None]}}, fields).sort("seq", 1):
+            run = runs.setdefault(str(document["run_id"]), {"created": [], "started": [], "statuses": [],
+                                                            "models": set(), "machines": []})
+            run["created"].append(str(document.get("created_date") or ""))
+            run["started"].append(str(document.get("started_at") or ""))
+            run["statuses"].append(document.get("status"))
+            run["models"].add(document.get("model"))
+            run["machines"].append(str(document.get("machine_name") or ""))
+        return [RunInfo(run_id=run_id, created_date=min(r["created"]), started_at=min(r["started"]),
+                        rows=len(r["statuses"]), success=r["statuses"].count(Status.SUCCESS),
+                        failure=r["statuses"].count(Status.FAILURE), skipped=r["statuses"].count(Status.SKIPPED),
+                        models=len(r["models"]), machine_name=max(r["machines"]))
+                for run_id, r in runs.items()]
 
     def count(self) -> int:
         return int(self.collection.count_documents({}))
