@@ -1,0 +1,59 @@
+"""The benchmark statistics as perf.csv extra columns (shared by ``madengine bench`` and models.json).
+
+Both paths turn a harness result (see :func:`madengine.bench.harness.engine.benchmark`) into the
+same columns with :func:`bench_columns`, so a row means the same whichever path wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from madengine.bench.harness.engine import metric_value
+
+#: extra perf.csv columns, in this order, after madengine's own
+BENCH_COLUMNS = (
+    "ort_provider", "ort_version", "cpu_model", "threads", "model_sha256", "batch_size", "input_shapes",
+    "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv", "latency_min_ms",
+    "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
+    "inferences_per_second", "samples_per_second", "session_create_ms", "first_inference_ms", "prepared_cache",
+)
+
+_STATS = {"latency_n": "n", "latency_mean_ms": "mean_ms", "latency_stddev_ms": "stddev_ms", "latency_cv": "cv",
+          "latency_min_ms": "min_ms", "latency_p50_ms": "p50_ms", "latency_p90_ms": "p90_ms",
+          "latency_p95_ms": "p95_ms", "latency_p99_ms": "p99_ms", "latency_max_ms": "max_ms",
+          "inferences_per_second": "inferences_per_second", "samples_per_second": "samples_per_second"}
+
+
+def significant(value: Any, digits: int = 6) -> Any:
+    """Floats rounded to ``digits`` significant digits (perf.csv cells stay readable)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    return value
+
+
+def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str = "") -> dict[str, Any]:
+    """The extra columns of one benchmark result."""
+    stats = result["stats"]
+    environment = result.get("environment", {})
+    columns: dict[str, Any] = {
+        "ort_provider": result.get("provider", ""),
+        "ort_version": environment.get("ort_version", ""),
+        "cpu_model": environment.get("cpu_model", ""),
+        "threads": result.get("threads") or "auto",
+        "model_sha256": model_sha256 or result.get("model_sha256", ""),
+        "batch_size": result.get("batch_size", ""),
+        "input_shapes": result.get("input_shapes", ""),
+        "warmup": result.get("warmup", ""),
+    }
+    for column, key in _STATS.items():
+        columns[column] = significant(stats[key])
+    columns["session_create_ms"] = significant(result.get("session_create_ms"))
+    columns["first_inference_ms"] = significant(result.get("first_inference_ms"))
+    columns["prepared_cache"] = cache or result.get("prepared_cache", "off")
+    return columns
+
+
+def performance(result: dict[str, Any], metric: str) -> tuple[float, str]:
+    """perf.csv's ``performance`` and ``metric`` for ``metric`` = throughput | p50."""
+    value, name = metric_value(result["stats"], metric)
+    return significant(value), name

@@ -1,0 +1,182 @@
+"""What to benchmark: model files from the command line and model list files (suites).
+
+A suite file is YAML or JSON (by extension; ``.yaml``/``.yml`` are YAML, anything else is tried
+as JSON then YAML): a list of entries, or a mapping whose ``models`` key holds that list. An
+entry follows the Relax scorecard's model list::
+
+    - set: vision            # optional; the perf.csv model name is <set>/<name>@<version>
+      name: mlp              # optional; default: the file's stem
+      version: 1             # optional
+      path: models/mlp.onnx  # required; relative to the suite file's folder
+      sha256: 3f1c...        # optional; verified before anything runs
+      shapes: {x: [8, 64]}   # optional; input → dims (a list or "8,64"); may hold $axes too
+      $axes: {batch: 8}      # optional; dynamic axis → size
+      providers: [cpu, cuda] # optional; one result per provider (default: --provider)
+      batch_size: 8          # optional; default: --batch-size
+
+Keys the Relax scorecard uses for its own runners (``configs``, ``tuning_steps``, ...) are
+accepted and ignored, so its lists load as they are; any other key is an error (a typo would
+otherwise be silently ignored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from madengine.bench.harness import HarnessInputError
+from madengine.bench.harness.inputs import parse_dims
+from madengine.core.errors import ConfigError
+
+KNOWN_KEYS = frozenset({"set", "name", "version", "path", "sha256", "shapes", "$axes", "providers", "batch_size"})
+IGNORED_RELAX_KEYS = frozenset({"configs", "tuning_steps", "tuning-steps", "requires-toposort", "requires_toposort",
+                                "cuda-sm", "cuda_sm", "dtypes", "files", "input_scale"})
+
+
+@dataclasses.dataclass
+class ModelEntry:
+    """One model to benchmark (from the command line or a suite file)."""
+
+    name: str
+    path: Path
+    sha256: str = ""
+    shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    axes: dict[str, int] = dataclasses.field(default_factory=dict)
+    providers: list[str] = dataclasses.field(default_factory=list)
+    batch_size: int | None = None
+    set: str = ""
+    version: str = ""
+    source: str = ""  # the suite file, or "" for a command-line model
+
+
+def entry_from_path(path: str, shapes: dict[str, tuple[int, ...]], axes: dict[str, int]) -> ModelEntry:
+    file = Path(path)
+    return ModelEntry(name=file.stem, path=file, shapes=dict(shapes), axes=dict(axes))
+
+
+def load_suite(path: str | Path) -> list[ModelEntry]:
+    """The entries of a suite file; raises :class:`ConfigError` naming the file and entry."""
+    path = Path(path)
+    document = _read(path)
+    if isinstance(document, Mapping):
+        unknown = [k for k in document if k != "models"]
+        if "models" not in document or unknown:
+            raise ConfigError("a suite mapping needs one key, 'models' (a list of entries)", path=str(path))
+        document = document["models"]
+    if not isinstance(document, list) or not document:
+        raise ConfigError("a suite is a non-empty list of model entries", path=str(path))
+    return [_entry(item, index, path) for index, item in enumerate(document)]
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("suite file not found", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the suite file ({exc})", path=str(path)) from None
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            if path.suffix.lower() == ".json":
+                raise ConfigError(f"malformed JSON ({exc})", path=str(path)) from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"malformed YAML ({' '.join(str(exc).split())})", path=str(path)) from None
+
+
+def _entry(item: Any, index: int, suite: Path) -> ModelEntry:
+    where = f"entry {index}"
+    if not isinstance(item, Mapping):
+        raise ConfigError(f"must be a mapping, got {type(item).__name__}", path=str(suite), field=where)
+    unknown = sorted(set(item) - KNOWN_KEYS - IGNORED_RELAX_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}", path=str(suite), field=where,
+                          hint="known: " + ", ".join(sorted(KNOWN_KEYS)))
+    model_path = _text(item, "path", suite, where)
+    if not model_path:
+        raise ConfigError("'path' is required (the .onnx file, relative to the suite file)", path=str(suite),
+                          field=where)
+    file = Path(model_path)
+    if not file.is_absolute():
+        file = suite.parent / file
+    set_name, version = _text(item, "set", suite, where), _text(item, "version", suite, where)
+    name = _text(item, "name", suite, where) or file.stem
+    where = f"model '{name}'"
+    shapes_value = item.get("shapes") or {}
+    if not isinstance(shapes_value, Mapping):
+        raise ConfigError("'shapes' must map input names to dims", path=str(suite), field=where)
+    axes_value = dict(shapes_value.get("$axes") or {})
+    axes_value.update(item.get("$axes") or {})
+    return ModelEntry(
+        name=_display_name(set_name, name, version), path=file,
+        sha256=_text(item, "sha256", suite, where).lower(),
+        shapes=shapes_from({k: v for k, v in shapes_value.items() if k != "$axes"}, suite, where),
+        axes=axes_from(axes_value, suite, where), providers=providers_from(item.get("providers"), suite, where),
+        batch_size=_batch(item.get("batch_size"), suite, where), set=set_name, version=version, source=str(suite))
+
+
+def _display_name(set_name: str, name: str, version: str) -> str:
+    text = f"{set_name}/{name}" if set_name else name
+    return f"{text}@{version}" if version else text
+
+
+def _text(item: Mapping, key: str, suite: Path, where: str) -> str:
+    value = item.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ConfigError(f"'{key}' must be a string", path=str(suite), field=where)
+    return str(value).strip()
+
+
+def shapes_from(value: Mapping, suite: str | Path, where: str) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for name, dims in value.items():
+        try:
+            if isinstance(dims, str):
+                shapes[str(name)] = parse_dims(dims, what=f"shapes.{name}")
+            elif isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in dims):
+                shapes[str(name)] = tuple(dims)
+            else:
+                raise HarnessInputError("must be a list of whole numbers (or \"d0,d1,...\")", field=f"shapes.{name}")
+        except HarnessInputError as exc:
+            raise ConfigError(str(exc), path=str(suite), field=where) from None
+    return shapes
+
+
+def axes_from(value: Any, suite: str | Path, where: str) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        raise ConfigError("'$axes' must map axis names to sizes", path=str(suite), field=where)
+    axes = {}
+    for name, size in value.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ConfigError(f"$axes.{name} must be a whole number, got {size!r}", path=str(suite), field=where)
+        axes[str(name)] = size
+    return axes
+
+
+def providers_from(value: Any, suite: str | Path, where: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [p for p in value.split(",")]
+    if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
+        raise ConfigError("'providers' must be a list of provider names", path=str(suite), field=where)
+    return [p.strip() for p in value]
+
+
+def _batch(value: Any, suite: Path, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"'batch_size' must be a whole number of 1 or more, got {value!r}", path=str(suite),
+                          field=where)
+    return value
