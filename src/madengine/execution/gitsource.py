@@ -37,7 +37,7 @@ def clone(model: Model, workdir: Path, log_path: Path) -> tuple[str, str]:
         repo = git.Repo.clone_from(url, target, env=env, multi_options=["--recurse-submodules"])
         commit = repo.head.commit.hexsha
     except git.GitCommandError as exc:
-        detail = redact((exc.stderr or str(exc)).strip().splitlines()[-1] if (exc.stderr or str(exc)).strip() else "")
+        detail = redact(_git_error(exc.stderr or str(exc)))
         raise ExecutionError(f"git clone of {redact(model.url)} failed: {detail}") from None
     finally:
         cleanup()
@@ -45,3 +45,14 @@ def clone(model: Model, workdir: Path, log_path: Path) -> tuple[str, str]:
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"=== madengine: cloned {redact(model.url)} at {commit}\n")
     return name, commit
+
+
+_GIT_NOISE = ("stderr:", "Cloning into", "Please make sure you have", "and the repository exists")
+
+
+def _git_error(stderr: str) -> str:
+    """git's own message from GitPython's quoted stderr, without the progress and advice lines
+    (for SSH the cause, e.g. 'Host key verification failed.', precedes git's 'fatal:' line)."""
+    lines = [line.strip() for line in stderr.strip().rstrip("'").splitlines()]
+    lines = [line for line in lines if line and not line.startswith(_GIT_NOISE)]
+    return " ".join(lines[-2:])

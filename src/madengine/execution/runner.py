@@ -425,6 +425,10 @@ def run_models(options: RunOptions, reporter: Reporter | None = None) -> RunSumm
     if not options.tags:
         raise ExecutionError("no models selected", hint="give --tags (e.g. --tags all)")
     models = select_models(catalog, options.tags)
+    if any(m.data_names or m.cred or m.url for m in models):
+        from madengine.data import check_run_inputs
+
+        check_run_inputs(models, options, context)  # bad data.json/credential.json: exit 2 before any run
     executor = choose_executor(options, reporter)
     run_id = new_run_id()
     runner = Runner(options, context, catalog, executor, reporter, run_id)
