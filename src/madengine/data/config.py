@@ -17,7 +17,6 @@ from madengine.core.errors import ConfigError
 #: the order providers are tried in: a script the model repository ships, a host folder, then
 #: the network sources from the nearest (an on-site MinIO or NAS) to the farthest (AWS S3)
 PROVIDER_ORDER = ("custom", "local", "minio", "nas", "aws")
-DOWNLOADING = frozenset({"custom", "minio", "nas", "aws"})
 DEFAULT_DATA_FILE = "data.json"
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")

@@ -172,13 +172,6 @@ class Credentials:
                                   field=NAS_NODES)
         return [NasNode.from_entry(item, where, index) for index, item in enumerate(value)]
 
-    def validate(self) -> None:
-        """Check every entry whose shape madengine knows (run before anything starts)."""
-        for name in (AWS_S3, MINIO):
-            self.s3(name)
-        self.nas_nodes()
-        self.github_key()
-
 
 _GIT_FIELDS = ("username", "password", "token", "ssh_key_file", "known_hosts_file", "strict_host_key_checking")
 
@@ -394,10 +387,18 @@ def git_credential_entry(model, credentials: Credentials) -> tuple[dict[str, Any
     return None, ""
 
 
+def needs_credentials(model) -> bool:
+    """Whether cloning ``model.url`` reads credential.json: a ``cred``, or a github.com URL (for
+    ``PUBLIC_GITHUB_ROCM_KEY``)."""
+    return bool(model.cred) or (bool(model.url) and _is_github(model.url))
+
+
 def git_environment(model) -> tuple[dict[str, str] | None, str, Callable[[], None]]:
     """(environment for git, URL to clone, cleanup) for cloning ``model.url`` on the host."""
     url = model.url
     _register_url_password(url)
+    if not needs_credentials(model):
+        return {"GIT_TERMINAL_PROMPT": "0"}, url, lambda: None
     entry, where = git_credential_entry(model, load_credentials())
     if entry is None:
         return {"GIT_TERMINAL_PROMPT": "0"}, url, lambda: None

@@ -21,7 +21,7 @@ from madengine.core.redact import redact
 from madengine.data.base import DataLog, FetchStats
 from madengine.data.config import DEFAULT_DATA_FILE, DataConfig, ProviderConfig, load_data_config
 from madengine.data.credentials import (AWS_S3, MINIO, Credentials, check_model_credentials,
-                                        load_credentials)
+                                        load_credentials, needs_credentials)
 from madengine.data.mirror import choose_mirror, human_size, tree_size
 
 CONTAINER_DATA_HOME = "/data_dlm"
@@ -159,7 +159,7 @@ def check_run_inputs(models: Iterable[Any], options: Any, context: Any) -> None:
     ConfigError / CredentialError (the CLI's one-line error, exit 2)."""
     models = list(models)
     data_models = [m for m in models if m.data_names]
-    cred_models = [m for m in models if m.cred or m.url]
+    cred_models = [m for m in models if needs_credentials(m)]
     if not data_models and not cred_models:
         return
     credentials = load_credentials()

@@ -130,6 +130,8 @@ class S3Source:
             objects = self.objects()
         except Exception as exc:
             raise unavailable(dataname, ptype, f"listing {self.url} failed: {_describe(exc)}") from None
+        if not objects:
+            raise unavailable(dataname, ptype, f"no objects under {self.url}")
         try:
             for number, (key, relative, size, etag) in enumerate(objects, 1):
                 target = mirror.path / relative
