@@ -12,12 +12,13 @@ Prints the p50 of each, the ratio A/B (target <= 1.02), the same for the means, 
 a loop with no per-run clock reads at all (total wall time / runs) as a reference for what the
 clock reads themselves cost. ORT timings on a shared 2-core machine are noisy; more rounds help.
 
-    python3 benchmarks/onnx_overhead.py [--rounds 30] [--block 50] [--hidden 512] [--layers 8]
+    python3 benchmarks/onnx_overhead.py [--rounds 30] [--block 50] [--hidden 512] [--layers 8] [--save-model M.onnx]
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -72,6 +73,7 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--save-model", metavar="PATH", help="also keep the model built here (e.g. for madengine bench)")
     args = parser.parse_args()
 
     from madengine.bench.harness import engine
@@ -80,6 +82,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "mlp.onnx"
         build_model(path, args.hidden, args.batch, args.layers)
+        if args.save_model:
+            shutil.copyfile(path, args.save_model)
         options = engine.BenchOptions(provider="cpu", threads=1)
         session, _ = engine.open_session(str(path), options)
         signature = signature_from_session(session)

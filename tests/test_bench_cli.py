@@ -246,3 +246,11 @@ def test_bad_suite_files_exit_2(cli, tmp_path, text, message):
     result = cli("bench", "--suite", str(suite))
     assert result.code == 2, result
     assert message in result.stderr and str(suite) in result.stderr
+
+
+def test_same_model_twice_keeps_both_results(cli, tmp_path):
+    model = build_mlp(tmp_path / "mlp.onnx", batch_dim=1)
+    result = cli("bench", str(model), str(model), *FAST)
+    assert result.code == 0, result
+    first, second = (row["artifacts"] for row in rows())
+    assert first != second and Path(first).is_file() and Path(second).is_file()

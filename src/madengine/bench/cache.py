@@ -1,8 +1,10 @@
 """Content-hash cache of prepared models.
 
 A prepared model is what ONNX Runtime makes of an ``.onnx`` file before running it: the
-graph-optimized copy (``SessionOptions.optimized_model_filepath``) for providers whose
-optimized graphs can be saved (CPU, CUDA, ROCm, DNNL), or TensorRT's engine cache folder. The key
+graph-optimized copy (``SessionOptions.optimized_model_filepath``) on the CPU provider, or
+TensorRT's engine cache folder. GPU providers' optimized graphs are not cached: ORT places
+memory-copy nodes and device-specific fusions in them, and a copy reloaded without optimization
+could run differently from a fresh session, which would make a cache hit change the figures. The key
 hashes everything the prepared form depends on: the model's sha256, the onnxruntime version, the
 provider, the optimization level, the CPU model and machine type (ORT warns that level-ALL
 graphs may hold hardware-specific layouts). Nothing else (shapes, threads, iterations) changes
@@ -27,8 +29,7 @@ from typing import Mapping
 
 FORMAT_VERSION = 1
 OPTIMIZATION_LEVEL = "ORT_ENABLE_ALL"
-SAVABLE_PROVIDERS = ("CPUExecutionProvider", "CUDAExecutionProvider", "ROCMExecutionProvider",
-                     "DnnlExecutionProvider")
+SAVABLE_PROVIDERS = ("CPUExecutionProvider",)
 ENGINE_CACHE_PROVIDERS = ("TensorrtExecutionProvider",)
 
 

@@ -236,7 +236,7 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                reporter: Reporter) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
-    artifacts = summary.run_dir / _folder_name(entry.name, short)
+    artifacts = _unused_folder(summary.run_dir / _folder_name(entry.name, short))
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     started = time.monotonic()
     options = engine.BenchOptions(
@@ -258,7 +258,6 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
         return BenchOutcome(entry, short, record, None)
     result["model_sha256"] = plan.sha256
     result["prepared_cache"] = prepared.status
-    artifacts.mkdir(parents=True, exist_ok=True)
     stats_file = artifacts / "bench_result.json"
     stats_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
     record.status = Status.SUCCESS
@@ -336,6 +335,16 @@ def _args_text(entry: ModelEntry, plan: _Plan, request: BenchRequest) -> str:
         parts.append(f"--threads {request.threads}")
     parts.append(f"--seed {request.seed}")
     return " ".join(parts)
+
+
+def _unused_folder(path: Path) -> Path:
+    """``path``, or ``path_2``, ``path_3``... when a model is benchmarked twice in one run."""
+    candidate, number = path, 1
+    while candidate.exists():
+        number += 1
+        candidate = path.with_name(f"{path.name}_{number}")
+    candidate.mkdir(parents=True)
+    return candidate
 
 
 def _folder_name(name: str, provider: str) -> str:

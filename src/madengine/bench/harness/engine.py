@@ -12,10 +12,12 @@ the profiler's own cost never lands in the timed figures.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -169,6 +171,8 @@ def open_session(model_path: str, options: BenchOptions, *, profile_prefix: str 
     full_name = provider_name(options.provider)
     available = list(ort.get_available_providers())
     require_provider(full_name, available)
+    if GPU_VENDORS.get(full_name) == "NVIDIA":
+        _preload_cuda_libraries(ort)
     so = session_options(ort, options, profile_prefix=profile_prefix, optimized_output=optimized_output)
     started = time.perf_counter_ns()
     try:
@@ -183,6 +187,19 @@ def open_session(model_path: str, options: BenchOptions, *, profile_prefix: str 
                            f"(the session would run on {', '.join(used) or 'nothing'})",
                            hint="check the CUDA/cuDNN/TensorRT libraries this onnxruntime build needs")
     return session, created_ms
+
+
+def _preload_cuda_libraries(ort: Any) -> None:
+    """Let onnxruntime-gpu find CUDA/cuDNN from the nvidia-* pip packages beside it (when ORT has it);
+    best effort: its notes go to stderr, so stdout stays the command's data."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is None:
+        return
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            preload()
+    except Exception:  # missing libraries surface as the provider failing to initialise, with a hint
+        pass
 
 
 def measure(run: Callable[[Any, Any], Any], feeds: Any, *, warmup: int, iterations: int | None = None,
