@@ -254,3 +254,65 @@ def test_same_model_twice_keeps_both_results(cli, tmp_path):
     assert result.code == 0, result
     first, second = (row["artifacts"] for row in rows())
     assert first != second and Path(first).is_file() and Path(second).is_file()
+
+
+# -- GPU providers: no GPU here, so onnxruntime is simulated (the only mock in these tests) -------
+class SimulatedGpuOnnxruntime:
+    """The real CPU onnxruntime, claiming to offer CUDA: sessions run on the CPU but report the
+    providers a GPU build would. ``initialises`` False mimics a CUDA EP whose libraries are missing."""
+
+    def __init__(self, initialises: bool = True) -> None:
+        import onnxruntime
+
+        self.real, self.initialises = onnxruntime, initialises
+        self.__version__ = onnxruntime.__version__
+        self.SessionOptions = onnxruntime.SessionOptions
+        self.GraphOptimizationLevel = onnxruntime.GraphOptimizationLevel
+        self.ExecutionMode = onnxruntime.ExecutionMode
+        self.sessions: list[dict] = []
+        self.preloaded = 0
+
+    def get_available_providers(self):
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+    def preload_dlls(self):
+        self.preloaded += 1
+        print("preload notice that must not reach stdout")
+
+    def InferenceSession(self, path, sess_options, providers, **kwargs):
+        self.sessions.append({"providers": providers, **kwargs})
+        session = self.real.InferenceSession(path, sess_options, providers=["CPUExecutionProvider"])
+        used = ["CUDAExecutionProvider", "CPUExecutionProvider"] if self.initialises else ["CPUExecutionProvider"]
+        session.get_providers = lambda: used
+        return session
+
+
+def test_cuda_provider_json_path_simulated(cli, tmp_path, monkeypatch):
+    from madengine.bench.harness import engine
+
+    fake = SimulatedGpuOnnxruntime()
+    monkeypatch.setattr(engine, "import_onnxruntime", lambda: fake)
+    model = build_mlp(tmp_path / "mlp.onnx", batch_dim=1)
+    result = cli("bench", str(model), "--provider", "cuda", "--json", *FAST)
+    assert result.code == 0, result
+    entry = json.loads(result.stdout)["results"][0]  # stdout is pure JSON despite preload's print
+    assert (entry["provider"], entry["status"], entry["session_providers"][0]) == ("cuda", "SUCCESS",
+                                                                                 "CUDAExecutionProvider")
+    assert fake.preloaded >= 1
+    assert fake.sessions[0]["providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert fake.sessions[0]["enable_fallback"] == 0  # ORT's silent retry on the next provider is off
+    [row] = rows()
+    assert (row["gpu_vendor"], row["n_gpus"], row["ort_provider"], row["prepared_cache"]) == ("NVIDIA", "1", "cuda",
+                                                                                             "off")
+
+
+def test_provider_that_does_not_initialise_is_a_failure_row(cli, tmp_path, monkeypatch):
+    from madengine.bench.harness import engine
+
+    monkeypatch.setattr(engine, "import_onnxruntime", lambda: SimulatedGpuOnnxruntime(initialises=False))
+    result = cli("bench", str(build_mlp(tmp_path / "mlp.onnx", batch_dim=1)), "--provider", "cuda", *FAST)
+    assert result.code == 1, result
+    [row] = rows()
+    assert row["status"] == "FAILURE"
+    assert "CUDAExecutionProvider is offered by this onnxruntime but did not initialise" in row["reason"]
+    assert "would run on CPUExecutionProvider" in row["reason"]

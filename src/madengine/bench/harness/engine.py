@@ -176,8 +176,11 @@ def open_session(model_path: str, options: BenchOptions, *, profile_prefix: str 
     so = session_options(ort, options, profile_prefix=profile_prefix, optimized_output=optimized_output)
     started = time.perf_counter_ns()
     try:
-        session = ort.InferenceSession(model_path, so,
-                                       providers=provider_chain(full_name, available, options.provider_options))
+        # enable_fallback=0: an EP that fails to initialise is an error here, not ORT's silent retry
+        # on the next provider (which also prints its notice to stdout, where --json data goes)
+        with contextlib.redirect_stdout(sys.stderr):
+            session = ort.InferenceSession(model_path, so, enable_fallback=0,
+                                           providers=provider_chain(full_name, available, options.provider_options))
     except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
         raise HarnessError(f"onnxruntime cannot load {model_path}: {_one_line(exc)}") from None
     created_ms = (time.perf_counter_ns() - started) / 1e6
