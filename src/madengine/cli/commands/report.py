@@ -208,7 +208,7 @@ def handle_compare(args: argparse.Namespace, env: Environment) -> ExitStatus:
         raise InputError("give either two perf.csv files or both --old-run and --new-run", path="compare")
     if by_runs:
         old, new = args.old_run, args.new_run
-        results = compare_runs(args.db_url or env.environ.get("MADENGINE_DB_URL") or None, old, new, threshold)
+        results = compare_runs(args.db_url, old, new, threshold, environ=env.environ)
     elif len(args.files) == 2:
         old, new = args.files
         results = compare_csv(Path(old), Path(new), threshold)

@@ -1,0 +1,163 @@
+"""perf.html and the email body in a real headless Chromium (Debian package ``chromium``).
+
+The browser loads the page from a file:// URL with networking off, runs its script, and dumps the
+resulting DOM; a copy of the page with a small driver script appended clicks the sort headers,
+types into the filter, pages and picks a model, and writes what it saw into the DOM. Screenshots
+go to test-artifacts/ (gitignored) for people to look at.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require_service
+from madengine.reports.html import PAGE_SIZE, csv_to_html
+from madengine.reports.mail import write_email
+from madengine.results import PerfRecord, append_records
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ARTIFACTS = REPO / "test-artifacts"
+XSS = "<script>alert(1)</script>"
+
+DRIVER = """
+<script>
+(function () {
+  var rows = document.getElementById("rows");
+  var tools = document.querySelector('[data-tools="rows"]');
+  var header = Array.prototype.map.call(rows.tHead.rows[0].cells, function (th) { return th.textContent; });
+  var perf = header.indexOf("performance");
+  function column(index) {
+    return Array.prototype.map.call(rows.tBodies[0].rows, function (tr) { return tr.cells[index].textContent; });
+  }
+  var seen = {header: header, first_page: rows.tBodies[0].rows.length,
+              info: tools.querySelector("[data-info]").textContent};
+  rows.tHead.rows[0].cells[perf].click();
+  seen.ascending = column(perf).slice(0, 3);
+  rows.tHead.rows[0].cells[perf].click();
+  seen.descending = column(perf).slice(0, 3);
+  tools.querySelector("[data-next]").click();
+  seen.page_two = tools.querySelector("[data-info]").textContent;
+  var query = tools.querySelector("[data-query]");
+  query.value = "bert";
+  query.dispatchEvent(new Event("input"));
+  seen.filtered_models = column(0).filter(function (v, i, a) { return a.indexOf(v) === i; });
+  query.value = "";
+  query.dispatchEvent(new Event("input"));
+  var status = tools.querySelector("[data-status]");
+  status.value = "FAILURE";
+  status.dispatchEvent(new Event("change"));
+  seen.failure_statuses = column(header.indexOf("status")).filter(function (v, i, a) { return a.indexOf(v) === i; });
+  status.value = "";
+  status.dispatchEvent(new Event("change"));
+  document.querySelector('#models a[data-model-filter]').click();
+  seen.chip = tools.querySelector("[data-model-chip]").textContent;
+  seen.model_rows = column(0).filter(function (v, i, a) { return a.indexOf(v) === i; });
+  var out = document.createElement("pre");
+  out.id = "driver-result";
+  out.textContent = JSON.stringify(seen);
+  document.body.appendChild(out);
+}());
+</script>
+"""
+
+
+def chromium_binary() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    binary = chromium_binary()
+    require_service("chromium", binary is not None, "apt-get install chromium (scripts/ci.d/50-chromium.sh)")
+    return binary
+
+
+def browse(chromium: str, page: Path, profile: Path, *extra: str) -> str:
+    """Load ``page`` in headless Chromium (no network, fresh profile) and return its stdout."""
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+            "--disable-extensions", "--hide-scrollbars", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+            "--run-all-compositor-stages-before-draw",  # screenshots of fully painted pages
+            *extra, page.as_uri()]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def write_history(path: Path) -> Path:
+    records = []
+    for run in range(4):
+        for model, base in (("bert", 100.0), ("resnet50", 250.0), (XSS, 60.0)):
+            records.append(PerfRecord(model=model, status="SUCCESS", performance=base * (1 + run / 10),
+                                      metric="samples_per_second", run_id=f"run-{run}", machine_name="node1",
+                                      started_at=f"2024-06-0{run + 1}T08:00:00+00:00", gpu_architecture="gfx942"))
+        for n in range(14):
+            records.append(PerfRecord(model=f"llama_{n}", status="SUCCESS" if n % 5 else "FAILURE",
+                                      performance=float(10 + n + run) if n % 5 else None, metric="tokens/sec",
+                                      reason="" if n % 5 else "model script exited with code 1",
+                                      run_id=f"run-{run}", started_at=f"2024-06-0{run + 1}T09:00:00+00:00"))
+    append_records(path, records)
+    return path
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    return csv_to_html(write_history(tmp_path_factory.mktemp("browser") / "perf.csv"))
+
+
+def test_page_renders_tables_and_charts(chromium, page, tmp_path):
+    dom = browse(chromium, page, tmp_path / "profile", "--dump-dom")
+    assert 'data-report-ready="1"' in dom  # the page's script ran to its end
+    rows_body = dom.split('id="rows"')[1].split("</tbody>")[0]
+    assert rows_body.count("<tr ") == PAGE_SIZE  # 68 rows, paged by the script
+    assert f"rows 1–{PAGE_SIZE} of 68 (page 1/2)" in dom
+    assert dom.count("<svg") >= 4 and "<rect" in dom and "<path" in dom and "<polyline" in dom
+    assert "17 of 17 shown" in dom  # the models table, one row per model
+    # the hostile model name is text, never markup
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and XSS not in dom
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "perf-report.png"
+    shot.unlink(missing_ok=True)
+    browse(chromium, page, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1280,2400")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+def test_sorting_filtering_paging_and_model_grouping(chromium, page, tmp_path):
+    driven = tmp_path / "driven.html"
+    driven.write_text(page.read_text().replace("</body>", DRIVER + "</body>"))
+    dom = browse(chromium, driven, tmp_path / "profile", "--dump-dom")
+    seen = json.loads(html.unescape(re.search(r'<pre id="driver-result">(.*?)</pre>', dom, re.S).group(1)))
+    assert seen["first_page"] == PAGE_SIZE and seen["header"][:4] == ["model", "status", "performance", "metric"]
+    ascending = [float(v) for v in seen["ascending"]]
+    descending = [float(v) for v in seen["descending"]]
+    assert ascending == sorted(ascending) and ascending[0] == 11.0
+    assert descending == sorted(descending, reverse=True) and descending[0] == 325.0
+    assert seen["page_two"] == f"rows {PAGE_SIZE + 1}–68 of 68 (page 2/2)"
+    assert seen["filtered_models"] == ["bert"]
+    assert seen["failure_statuses"] == ["FAILURE"]
+    first_model = seen["chip"].removeprefix("model: ").removesuffix(" ✕")
+    assert seen["model_rows"] == [first_model]
+
+
+def test_email_body_renders(chromium, tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    write_history(folder / "nightly.csv")
+    append_records(folder / "adhoc.csv", [PerfRecord(model="solo", status="SUCCESS", performance=1.0, metric="x")])
+    target, _ = write_email(folder)
+    dom = browse(chromium, target, tmp_path / "profile", "--dump-dom")
+    assert dom.index(">adhoc.csv</h2>") < dom.index(">nightly.csv</h2>")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom and XSS not in dom
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "email-body.png"
+    shot.unlink(missing_ok=True)
+    browse(chromium, target, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1100,1400")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
