@@ -231,3 +231,14 @@ def test_ssh_clone_uses_the_key_and_checks_the_host_key(repo, cli, sshd_server, 
     assert result.code == 2
     assert last_line(result).startswith("madengine: error: credential.json: DT_CANARY: ssh_key_file: key file")
     assert "chmod 600" in last_line(result)
+
+
+def test_password_inline_in_the_url_goes_through_askpass_not_argv(repo, cli, git_http):
+    url = git_http.url().replace("http://", "http://gituser:http-pass-9876@")
+    add_model(repo, name="inline", url=url, tags=["dt_inline"], scripts="../dummy/run.sh")
+    result, rows = run_local(cli, repo, "--tags", "dt_inline", "--keep-model-dir")
+    assert result.code == 0, result
+    row = rows[-1]
+    assert "http://gituser:******@127.0.0.1" in model_log(row)  # the URL as logged
+    config = next((repo / "madengine_runs").rglob("models/.git/config")).read_text()
+    assert "http-pass-9876" not in config and f"gituser@127.0.0.1:{git_http.port}" in config

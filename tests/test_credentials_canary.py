@@ -1,6 +1,6 @@
 """A canary secret planted in a model credential (echoed by the model in its container), in a data
 provider credential (S3 secret key) and as the git HTTPS password is found in none of: the run's
-files (run.log, build.log, perf.csv, perf.html, artifacts), the CLI's stdout/stderr, the image's
+files (run.log, build.log, perf.csv, perf.html, the email report, artifacts), the CLI's stdout/stderr, the image's
 ``docker history --no-trunc`` and ``docker inspect``."""
 
 from __future__ import annotations
@@ -52,13 +52,16 @@ def test_canary_secret_appears_nowhere(model_repo, docker_client, docker_cleanup
     assert "cred secret: ******" in log and "clone content: canary clone" in log  # it arrived, masked
 
     assert canary not in process.stdout and canary not in process.stderr
+    email = run_process("report", "to-email", "--dir", str(model_repo), "-o", str(model_repo / "email.html"),
+                        cwd=model_repo)  # the email report of another part of madengine, when present
+    assert canary not in email.stdout + email.stderr
     leaks = [str(p) for p in model_repo.rglob("*")
              if p.is_file() and p.name != "credential.json" and canary.encode() in p.read_bytes()]
     assert leaks == []
     searched = {p.name for p in model_repo.rglob("*") if p.is_file()}
     assert {"perf.csv", "run.log", "build.log"} <= searched
     if _has_html_reports():
-        assert "perf.html" in searched
+        assert "perf.html" in searched and "email.html" in searched
     for command in (["docker", "history", "--no-trunc", IMAGE], ["docker", "inspect", IMAGE]):
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         assert output and canary not in output, command

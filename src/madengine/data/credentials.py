@@ -299,14 +299,22 @@ def _is_github(url: str) -> bool:
     return (host or "").lower() in ("github.com", "www.github.com")
 
 
-def _register_url_password(url: str) -> None:
-    if "://" in url:
-        try:
-            password = urlsplit(url).password
-        except ValueError:
-            return
-        if password:
-            register_secret(password)
+def _without_url_password(url: str) -> tuple[str, dict[str, str] | None]:
+    """A URL with an inline ``user:password@`` loses the password (registered as a secret) and
+    yields it as a credential entry, so it reaches git through askpass rather than its argv."""
+    if "://" not in url:
+        return url, None
+    parts = urlsplit(url)
+    try:
+        password, username = parts.password, parts.username
+    except ValueError:
+        return url, None
+    if not password:
+        return url, None
+    register_secret(password)
+    host = parts.netloc.rsplit("@", 1)[1]
+    return parts._replace(netloc=f"{username}@{host}" if username else host).geturl(), \
+        {"username": username or "", "password": password}
 
 
 def _config_env(pairs: list[tuple[str, str]]) -> dict[str, str]:
@@ -395,11 +403,10 @@ def needs_credentials(model) -> bool:
 
 def git_environment(model) -> tuple[dict[str, str] | None, str, Callable[[], None]]:
     """(environment for git, URL to clone, cleanup) for cloning ``model.url`` on the host."""
-    url = model.url
-    _register_url_password(url)
-    if not needs_credentials(model):
-        return {"GIT_TERMINAL_PROMPT": "0"}, url, lambda: None
-    entry, where = git_credential_entry(model, load_credentials())
+    url, inline = _without_url_password(model.url)
+    entry, where = git_credential_entry(model, load_credentials()) if needs_credentials(model) else (None, "")
+    if entry is None and inline is not None:
+        entry, where = inline, f"url of model '{model.name}'"
     if entry is None:
         return {"GIT_TERMINAL_PROMPT": "0"}, url, lambda: None
     register_entry_secrets(entry)

@@ -42,6 +42,10 @@ class NasSource:
         self._answering: list[NasNode] = []
 
     def check(self) -> str | None:
+        try:
+            import paramiko  # noqa: F401
+        except ImportError:
+            return "paramiko is not installed (pip install 'madengine[data]')"
         if not self.nodes:
             return "no NAS_NODES configured (environment variable or credential.json)"
         reasons = []

@@ -86,6 +86,10 @@ class S3Source:
     def check(self) -> str | None:
         """None when the path holds at least one object; else why not."""
         try:
+            import boto3  # noqa: F401
+        except ImportError:
+            return "boto3 is not installed (pip install 'madengine[data]')"
+        try:
             answer = self.client().list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except _NotReachable as exc:
             return str(exc)
