@@ -108,7 +108,7 @@ def test_scale_limits_keep_the_page_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(charts, "MAX_BARS", 3)
     monkeypatch.setattr(charts, "MAX_POINTS", 5)
     records = [PerfRecord(model=f"m{n % 6}", status="SUCCESS", performance=float(n), metric="x",
-                          run_id=f"r{n // 6:03d}") for n in range(120)]
+                          run_id=f"r{n // 6:03d}", reason="long " * 2000) for n in range(120)]
     perf = tmp_path / "perf.csv"
     append_records(perf, records)
     page = csv_to_html(perf).read_text()
@@ -121,6 +121,7 @@ def test_scale_limits_keep_the_page_bounded(tmp_path, monkeypatch):
     assert "3 more model(s) with fewer results not shown" in page
     assert "20 runs averaged into 5 buckets" in page
     assert '<div class="card-value">120</div>' in page
+    assert "long " * 2000 not in page and ("long " * 59 + "long…") in page  # cells clipped to 300 characters
 
 
 def test_v1_perf_csv_without_run_columns(tmp_path):

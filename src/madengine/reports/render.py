@@ -26,6 +26,7 @@ ROW_COLUMNS = ("model", "status", "performance", "metric", "n_gpus", "gpu_archit
                "docker_image", "test_duration", "started_at", "run_id", "reason")
 # how a cell of these columns is shown: "num" right-aligned figures, "status" coloured, "wrap" long text
 COLUMN_KINDS = {"performance": "num", "n_gpus": "num", "test_duration": "num", "status": "status", "reason": "wrap"}
+CELL_LIMIT = 300  # characters of a cell shown in the rows table (a long reason would bloat a 2,000-row page)
 MAX_EXTRA_COLUMNS = 6  # per-result columns (multiple_results extras, bench statistics) shown after those
 
 
@@ -80,11 +81,15 @@ def rows_view(table: PerfTable, limit: int) -> RowsView:
     return RowsView(
         columns=[table.header[i] for i in chosen],
         kinds=[COLUMN_KINDS.get(table.header[i], "") for i in chosen],
-        rows=[[row[i].strip() for i in chosen] for row in latest],
+        rows=[[_clip(row[i].strip()) for i in chosen] for row in latest],
         statuses=[row[i_status].strip().upper() if i_status is not None else "" for row in latest],
         models=[row[i_model].strip() for row in latest],  # type: ignore[index]
         total=len(table.rows),
     )
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= CELL_LIMIT else text[: CELL_LIMIT - 1] + "…"
 
 
 def summary_cards(summary: Summary) -> list[tuple[str, str, str]]:
