@@ -9,6 +9,7 @@ repository's (``--tools-json-file-name`` or ``<repo>/tools.json``); see docs/too
 Also hosts ``madengine.tools.discover_models``, the import path older model repositories use.
 """
 
+from pathlib import Path
 from typing import Any
 
 _EXPORTS = {
@@ -28,7 +29,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'madengine.tools' has no attribute '{name}'")
 
 
-def validate_tools(context, options, root) -> None:
+def validate_tools(context: Any, options: Any, root: Path) -> None:
     """Load tools.json and check the context's tool entries (raises ConfigError/ContextError).
 
     For a run to refuse bad input (exit 2) before building anything; :func:`apply_tools` checks

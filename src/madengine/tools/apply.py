@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from madengine.core.errors import ConfigError, ContextError
 from madengine.execution.plan import RunSpec, Step
-from madengine.tools.config import BUNDLED_SCRIPTS, ScriptRef, ToolDef, ToolSelection, select_tools
+from madengine.tools.config import BUNDLED_SCRIPTS, ScriptRef, ToolSelection, select_tools
 
 #: the work-folder subfolder tool files are copied into
 TOOLS_DIR = "madengine_tools"
@@ -52,7 +52,7 @@ def apply_tools(spec: RunSpec, context: Any, options: Any, root: Path) -> None:
     wrappers: set[str] = set()
     env: dict[str, str] = {}
     outputs: list[str] = []
-    summaries: list[tuple[str, ToolDef]] = []
+    summaries: list[str] = []
     for tool in selection.tools:
         pre = [stager.script_step(f"pre-script {tool.name}", ref, tool.base_dirs, model_step.cwd, ConfigError,
                                   tool.source) for ref in tool.pre_scripts] + pre
@@ -63,8 +63,8 @@ def apply_tools(spec: RunSpec, context: Any, options: Any, root: Path) -> None:
             prefix = stager.rewrite(shlex.split(tool.cmd), tool.base_dirs) + prefix
         env.update(tool.env)
         outputs.extend(tool.outputs)
-        if tool.summary and tool.summary not in [name for name, _ in summaries]:
-            summaries.append((tool.summary, tool))
+        if tool.summary and tool.summary not in summaries:  # shared outputs are summarised once
+            summaries.append(tool.summary)
     model_step.argv = prefix + model_step.argv
     spec.env.update(env)
     if spec.timeout:
@@ -78,12 +78,13 @@ def apply_tools(spec: RunSpec, context: Any, options: Any, root: Path) -> None:
     spec.finalizers.extend(finalizers(selection, summaries, model_step.cwd))
 
 
-def finalizers(selection: ToolSelection, summaries: list[tuple[str, ToolDef]],
+def finalizers(selection: ToolSelection, summaries: list[str],
                cwd: str) -> list[Callable[[RunSpec], dict[str, Any]]]:
+    """Stop leftover samplers, then summarise outputs, then name the tools in the row."""
     from madengine.tools import summaries as summary_functions
 
     result: list[Callable[[RunSpec], dict[str, Any]]] = [stop_background_samplers]
-    for name, _tool in summaries:
+    for name in summaries:
         result.append(summary_functions.finalizer(name, cwd))
     if selection.tools:
         names = ",".join(tool.name for tool in selection.tools)

@@ -39,7 +39,7 @@ case "$profiler" in
     prefix=(nsys profile --force-overwrite=true -o nsys_report ${options[@]+"${options[@]}"}) ;;
   ncu)
     need ncu
-    prefix=(ncu -f -o ncu_report ${options[@]+"${options[@]}"}) ;;
+    prefix=(ncu -f --target-processes all -o ncu_report ${options[@]+"${options[@]}"}) ;;
   *)
     echo "profile_wrapper: unknown profiler '$profiler' (rocprof, rocprofv3, nsys, ncu)" >&2
     exit 2 ;;
