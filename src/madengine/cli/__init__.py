@@ -8,6 +8,7 @@ Each subcommand lives in ``madengine.cli.commands.<name>`` with ``add_parser(sub
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 import traceback
@@ -58,7 +59,9 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(argv)
+        # argparse writes help and usage errors to sys.stdout/sys.stderr: route them to the injected streams
+        with contextlib.redirect_stdout(env.stdout), contextlib.redirect_stderr(env.stderr):
+            args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
     args.argv = argv  # the exact command line, recorded with every result
