@@ -162,11 +162,11 @@ def test_bad_inputs_are_one_line_errors_and_leave_perf_csv_alone(cli, tmp_path):
     assert perf.read_text() == "model,performance\nkeep,1\n"
 
 
-def test_one_result_at_a_time(cli, tmp_path, capsys):
+def test_one_result_at_a_time(cli, tmp_path):
     good = write_json(tmp_path / "g.json", {"model": "g"})
     out = cli("report", "update-perf", "--single_result", str(good), "--failed-result", str(good),
               "--perf-csv", str(tmp_path / "perf.csv"))
-    assert out.code == 2 and "not allowed with argument" in capsys.readouterr().err  # argparse prints usage errors
+    assert out.code == 2 and "not allowed with argument" in out.stderr
     assert not (tmp_path / "perf.csv").exists()
 
 
