@@ -173,9 +173,16 @@ def test_cpu_monitor_reports_a_signal_like_a_shell(tmp_path):
     assert result.returncode == 128 + signal.SIGTERM
 
 
+def children_of(pid: int) -> list[int]:
+    return [child for child, (ppid, _, _) in cpu.read_processes().items() if ppid == pid]
+
+
 def test_cpu_monitor_forwards_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, str(SCRIPTS / "cpu_monitor.py"), "--", "sleep", "30"], cwd=tmp_path)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not children_of(proc.pid):  # then its signal handlers are set
+        time.sleep(0.05)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 128 + signal.SIGTERM
 
