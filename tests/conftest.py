@@ -99,16 +99,27 @@ def docker_client():
 
 @pytest.fixture
 def docker_cleanup(docker_client):
-    """Removes every image and container whose name starts with a prefix the test registers."""
+    """Removes every image and container whose name starts with a prefix the test registers.
+
+    Tolerates objects that vanish meanwhile (another cleanup, a removal in progress)."""
     images: list[str] = []
     yield images
-    for container in docker_client.containers.list(all=True):
-        if any(container.name.startswith(f"container_{p}") for p in images):
-            container.remove(force=True)
-    for image in docker_client.images.list():
-        for tag in image.tags:
-            if any(tag.split(":")[0].startswith(p) for p in images):
+    from docker.errors import APIError
+
+    def owned(name: str) -> bool:
+        return any(name.startswith(p) for p in images)
+
+    for summary in docker_client.api.containers(all=True):
+        names = [n.lstrip("/") for n in summary.get("Names") or []]
+        if any(owned(n[len("container_"):]) for n in names if n.startswith("container_")):
+            try:
+                docker_client.api.remove_container(summary["Id"], force=True)
+            except APIError:
+                pass
+    for summary in docker_client.api.images():
+        for tag in summary.get("RepoTags") or []:
+            if owned(tag.split(":")[0]):
                 try:
-                    docker_client.images.remove(tag, force=True)
-                except Exception:
+                    docker_client.api.remove_image(tag, force=True)
+                except APIError:
                     pass
