@@ -421,22 +421,35 @@ def run_models(options: RunOptions, reporter: Reporter | None = None) -> RunSumm
     """Select, build and run the models ``options`` name; every result lands in perf.csv."""
     reporter = reporter or Reporter()
     context = build_context(context_file=options.context_file, context_string=options.context_string)
-    catalog = load_catalog()
-    if not options.tags:
-        raise ExecutionError("no models selected", hint="give --tags (e.g. --tags all)")
-    models = select_models(catalog, options.tags)
+    make_runner: Any = Runner
+    if options.manifest_file:  # exactly the images of a build manifest, never rebuilt
+        from madengine.distributed.manifest import plan_manifest_run
+
+        plan = plan_manifest_run(options)
+        options, catalog, models, make_runner = plan.options, plan.catalog, plan.models, plan.make_runner
+    else:
+        catalog = load_catalog()
+        if not options.tags:
+            raise ExecutionError("no models selected", hint="give --tags (e.g. --tags all)")
+        models = select_models(catalog, options.tags)
     if any(m.data_names or m.cred or m.url for m in models):
         from madengine.data import check_run_inputs
 
         check_run_inputs(models, options, context)  # bad data.json/credential.json: exit 2 before any run
     executor = choose_executor(options, reporter)
     run_id = new_run_id()
-    runner = Runner(options, context, catalog, executor, reporter, run_id)
+    runner = make_runner(options, context, catalog, executor, reporter, run_id)
     summary = RunSummary(run_id=run_id, executor=executor.name, perf_csv=Path(options.output), run_dir=runner.run_dir)
     reporter.message(f"madengine: run {run_id}: {len(models)} model(s), {executor.name} executor, "
                      f"{context.gpu_vendor} host ({context.gpu_architecture}); results → {options.output}")
-    for model in models:
-        for record in runner.run_model(model):
+    if options.parallel > 1:  # up to N models at once on disjoint GPUs/CPUs
+        from madengine.distributed.parallel import run_parallel
+
+        batches: Any = [run_parallel(runner, models, options.parallel)]
+    else:
+        batches = (runner.run_model(model) for model in models)
+    for batch in batches:
+        for record in batch:
             append_records(options.output, [record])
             summary.records.append(record)
             reporter.message(f"madengine: {record.model}: {record.status}"

@@ -1,9 +1,80 @@
-"""madengine build (placeholder parser; the command is added by its own issue)."""
+"""madengine build: build the selected models' images once and write a build manifest that
+``madengine run --manifest-file`` runs without rebuilding."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from madengine.cli.commands.discover import add_tags_argument
+from madengine.cli.commands.run import add_context_arguments
+from madengine.cli.env import Environment
+from madengine.core.errors import CredentialError, ExitStatus, InputError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    subparsers.add_parser("build", help="(build: in progress)")
+    parser = subparsers.add_parser(
+        "build", help="build images and write a build manifest for 'run --manifest-file'",
+        description="Build each selected model's images and write an immutable build manifest (image ids, "
+                    "Dockerfiles, build args, context, model entries; failed builds with their reasons). With "
+                    "--registry the images are pushed, with --image-archive saved as 'docker save' archives, so "
+                    "that other hosts can run them. Exit 1 when any build failed.")
+    add_tags_argument(parser)
+    parser.add_argument("--manifest-file", "-m", default="build_manifest.json", metavar="JSON",
+                        help="manifest to write (default: build_manifest.json)")
+    parser.add_argument("--registry", default=None, metavar="HOST[:PORT][/NS]",
+                        help="push the images to this registry (credentials: MADENGINE_REGISTRY_USER and "
+                             "MADENGINE_REGISTRY_PASSWORD or --password-stdin, else docker's own login)")
+    parser.add_argument("--password-stdin", action="store_true",
+                        help="read the registry password from the first line of stdin")
+    parser.add_argument("--image-archive", default=None, metavar="DIR",
+                        help="save each image as a 'docker save' archive in DIR (a folder the run hosts share)")
+    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
+    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+    add_context_arguments(parser)
+    parser.add_argument("--live-output", "-l", action="store_true", help="stream build output to stderr")
+    parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
+                        help="folder for the build logs (default: madengine_runs)")
+    parser.add_argument("--json", action="store_true", help="print the manifest as JSON on stdout")
+    parser.set_defaults(handler=handle)
+
+
+def _password(args: argparse.Namespace) -> str | None:
+    if not args.password_stdin:
+        return None
+    if not args.registry:
+        raise InputError("--password-stdin needs --registry", path="--password-stdin")
+    line = sys.stdin.readline().rstrip("\r\n")
+    if not line:
+        raise CredentialError("no password on stdin", path="--password-stdin")
+    return line
+
+
+def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.cli.commands.run import CliReporter
+    from madengine.cli.render import table
+    from madengine.distributed import transport
+    from madengine.distributed.manifest import build_models
+    from madengine.execution import RunOptions
+
+    if not args.tags:
+        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
+    auth = transport.registry_auth(env.environ, _password(args)) if args.registry else None
+    options = RunOptions(
+        tags=args.tags, live_output=args.live_output, clean_docker_cache=args.clean_docker_cache, pull=args.pull,
+        context_file=args.additional_context_file, context_string=args.additional_context, executor="docker",
+        runs_dir=Path(args.runs_dir), registry=args.registry, image_archive=args.image_archive,
+        command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]))
+    manifest = build_models(options, CliReporter(env), manifest_path=args.manifest_file, auth=auth)
+    rows = [(i.model, i.image, "built", i.image_id[7:19], i.registry_image or i.archive or "") for i in manifest.images]
+    rows += [(f.model, f.image, "FAILED", "", f.reason) for f in manifest.failed]
+    print(table(("model", "image", "status", "image id", "registry image / archive / reason"), rows, max_width=80),
+          file=env.stderr, flush=True)
+    if args.json:
+        env.data(json.dumps(manifest.to_json(), indent=1))
+    env.message(f"madengine: {len(manifest.images)} image(s) built, {len(manifest.failed)} failed; "
+                f"manifest {manifest.path}")
+    return ExitStatus.FAILED if manifest.failed else ExitStatus.OK

@@ -1,0 +1,283 @@
+"""``madengine run --parallel N``: up to N models at once on one host, on disjoint resources.
+
+Each model gets what it needs before it starts, taken from a pool:
+
+* a model that needs GPUs gets that many GPU indices no running model holds; its run sees only
+  those (the context's ``docker_gpus``, which become the container's device requests or
+  ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES``);
+* a model that needs no GPU gets a set of CPUs no running model holds (its ``n_cpus`` field, else
+  an equal share: CPUs // N); the container runs with that ``cpuset``, host processes with that
+  affinity.
+
+Models start in catalog order; one that waits for resources holds back those after it (first in,
+first out), so the order of starts is the order of a sequential run. Each model runs on its own
+copy of the runner, exactly as it would alone, so rows and statuses equal those of a sequential
+run; only the order of the rows in perf.csv follows the order in which models finish. Records go
+through one queue to the caller, which appends them to perf.csv one at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import os
+import queue
+import signal
+import threading
+from typing import Any, Iterator
+
+from madengine.catalog import Model
+from madengine.context import Context
+from madengine.core.errors import MadEngineError
+from madengine.execution.plan import parse_gpu_list, resolve_gpus
+from madengine.execution.runner import Runner
+from madengine.results import PerfRecord, Status
+
+_POLL = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+    gpus: int = 0
+    cpus: int = 0
+
+
+@dataclasses.dataclass
+class Allocation:
+    gpus: list[int]
+    cpus: list[int]
+
+
+class ResourcePool:
+    """Free GPU indices and CPU ids; a request is granted whole or not at all."""
+
+    def __init__(self, gpus: list[int], cpus: list[int]) -> None:
+        self.free_gpus = sorted(gpus)
+        self.free_cpus = sorted(cpus)
+        self.all_gpus = len(gpus)
+        self.all_cpus = len(cpus)
+
+    def take(self, need: Need) -> Allocation | None:
+        if need.gpus > len(self.free_gpus) or need.cpus > len(self.free_cpus):
+            return None
+        gpus, self.free_gpus = self.free_gpus[:need.gpus], self.free_gpus[need.gpus:]
+        cpus, self.free_cpus = self.free_cpus[:need.cpus], self.free_cpus[need.cpus:]
+        return Allocation(gpus, cpus)
+
+    def give_back(self, allocation: Allocation) -> None:
+        self.free_gpus = sorted(self.free_gpus + allocation.gpus)
+        self.free_cpus = sorted(self.free_cpus + allocation.cpus)
+
+
+def available_gpus(context: Context) -> list[int]:
+    if context.gpu_vendor == "CPU":
+        return []
+    if context.get("docker_gpus") is not None:
+        return parse_gpu_list(context.get("docker_gpus"))
+    return list(range(context.system_ngpus))
+
+
+def available_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def model_need(model: Model, context: Context, pool: ResourcePool, workers: int) -> Need:
+    """GPUs the model's run would get; a model without GPUs needs CPUs instead."""
+    try:
+        gpus = len(resolve_gpus(model, context))
+    except MadEngineError:
+        return Need()  # the run itself records why; it holds nothing
+    if gpus:
+        return Need(gpus=min(gpus, pool.all_gpus))
+    wanted = model.extra.get("n_cpus", context.get("n_cpus"))
+    try:
+        cpus = int(wanted) if wanted is not None else max(1, pool.all_cpus // workers)
+    except (TypeError, ValueError):
+        cpus = max(1, pool.all_cpus // workers)
+    return Need(cpus=max(1, min(cpus, pool.all_cpus)))
+
+
+class PinnedExecutor:
+    """The runner's executor, with one model's CPU set applied: a ``cpuset`` for its container,
+    the affinity of the thread that starts its host processes (children inherit it)."""
+
+    def __init__(self, inner: Any, cpus: list[int]) -> None:
+        self._inner = inner
+        self._cpus = cpus
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def start(self, spec: Any) -> None:
+        if self._cpus and self._inner.name == "docker":
+            cpuset = ",".join(str(c) for c in self._cpus)
+            options = spec.row_values.get("context_docker_options", "")
+            spec.row_values["context_docker_options"] = f"{options} --cpuset-cpus {cpuset}".strip()
+        self._inner.start(spec)
+
+    def run_step(self, spec: Any, step: Any, timeout: Any, sink: Any) -> Any:
+        if self._cpus and self._inner.name != "docker":
+            os.sched_setaffinity(0, self._cpus)  # this thread only (Linux): the step's processes inherit it
+        return self._inner.run_step(spec, step, timeout, sink)
+
+
+class _LockedReporter:
+    """Whole lines from concurrent models: one lock around every write to the shared streams."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+
+    def message(self, text: str) -> None:
+        with self._lock:
+            self._inner.message(text)
+
+    def output(self, key: str, line: str) -> None:
+        with self._lock:
+            self._inner.output(key, line)
+
+
+@dataclasses.dataclass
+class _Crash:
+    model: Model
+    error: BaseException
+
+
+_DONE = object()
+
+
+class ParallelScheduler:
+    def __init__(self, runner: Runner, models: list[Model], workers: int) -> None:
+        self.runner = runner
+        self.models = collections.deque(models)
+        self.workers = max(1, min(workers, len(models)))
+        self.pool = ResourcePool(available_gpus(runner.context), available_cpus())
+        self.needs = {m.name: model_need(m, runner.context, self.pool, self.workers) for m in models}
+        self.reporter = _LockedReporter(runner.reporter)
+        self.results: queue.Queue = queue.Queue()
+        self.cond = threading.Condition()
+        self.stopping = False
+
+    # -- workers -------------------------------------------------------------------------------
+    def _next(self) -> tuple[Model, Allocation] | None:
+        with self.cond:
+            while True:
+                if self.stopping or not self.models:
+                    return None
+                allocation = self.pool.take(self.needs[self.models[0].name])
+                if allocation is not None:
+                    return self.models.popleft(), allocation
+                self.cond.wait(_POLL)
+
+    def _runner_for(self, allocation: Allocation) -> Runner:
+        clone = copy.copy(self.runner)
+        clone._interrupted = False
+        clone.reporter = self.reporter
+        if allocation.gpus:
+            clone.context = Context({**self.runner.context.values,
+                                     "docker_gpus": ",".join(str(g) for g in allocation.gpus)})
+        if allocation.cpus:
+            clone.executor = PinnedExecutor(self.runner.executor, allocation.cpus)
+        return clone
+
+    def _work(self) -> None:
+        try:
+            while True:
+                job = self._next()
+                if job is None:
+                    return
+                model, allocation = job
+                try:
+                    runner = self._runner_for(allocation)
+                    for record in runner.run_model(model):
+                        self.results.put(self._marked(record))
+                    if runner._interrupted:
+                        self.stopping = True
+                except BaseException as exc:  # handed to the caller's thread, which re-raises it
+                    self.results.put(_Crash(model, exc))
+                finally:
+                    with self.cond:
+                        self.pool.give_back(allocation)
+                        self.cond.notify_all()
+        finally:
+            self.results.put(_DONE)
+
+    def _marked(self, record: PerfRecord) -> PerfRecord:
+        if self.stopping and not record.ok:
+            record.status, record.reason = Status.FAILURE, f"interrupted ({record.reason})" if record.reason \
+                else "interrupted"
+        return record
+
+    # -- caller's thread -----------------------------------------------------------------------
+    def run(self) -> Iterator[PerfRecord]:
+        threads = [threading.Thread(target=self._work, name=f"madengine-parallel-{i}", daemon=True)
+                   for i in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        done = 0
+        crash: _Crash | None = None
+        while done < len(threads):
+            try:
+                item = self.results.get(timeout=_POLL)
+            except queue.Empty:
+                continue
+            except KeyboardInterrupt:
+                self._abort()
+                continue
+            if item is _DONE:
+                done += 1
+            elif isinstance(item, _Crash):
+                if isinstance(item.error, KeyboardInterrupt) or self.stopping:
+                    yield self.runner.failure(item.model, "interrupted")
+                    self._abort()
+                elif crash is None:
+                    crash = item
+                    self._abort()
+            else:
+                yield item
+        if self.stopping:
+            self.runner._interrupted = True
+        if crash is not None:
+            raise crash.error
+
+    def _abort(self) -> None:
+        """Stop starting models and end the running ones (their rows say 'interrupted')."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        kill_running(self.runner)
+
+
+def kill_running(runner: Runner) -> None:
+    """End what this run started: its containers (by label) and its host process groups."""
+    client = getattr(runner.executor, "client", None)
+    if client is not None:
+        try:
+            for container in client.containers.list(filters={"label": f"madengine.run={runner.run_id}"}):
+                try:
+                    container.kill()
+                except Exception:
+                    pass
+        except Exception:
+            pass
+    import psutil
+
+    # host steps run in their own sessions, so Ctrl-C does not reach them; they carry the run id
+    for child in psutil.Process().children(recursive=False):
+        try:
+            if child.environ().get("MAD_RUN_ID") != runner.run_id:
+                continue
+            os.killpg(child.pid, signal.SIGTERM)
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+
+
+def run_parallel(runner: Runner, models: list[Model], workers: int) -> Iterator[PerfRecord]:
+    """Records of every model, as they finish; up to ``workers`` models run at once."""
+    if not models:
+        return iter(())
+    return ParallelScheduler(runner, models, workers).run()

@@ -1,0 +1,443 @@
+"""``madengine run --executor slurm``: the selected models as Slurm jobs, results back in perf.csv.
+
+One job array carries every model that runs on one node (task i = model i); a model that
+declares several nodes gets its own job whose nodes all run it with the rendezvous environment
+(``MASTER_ADDR``, ``MASTER_PORT``, ``NNODES``, ``NODE_RANK``). Every task runs ``madengine run``
+for its model on its node (docker or local executor) and writes its rows into its own folder of
+the shared job folder; the submitting command polls ``squeue``/``scontrol`` until the jobs end,
+then merges the rows (see :mod:`madengine.distributed.slurm_jobs`). Scripts are rendered from the
+jinja2 templates in ``templates/``; values from the user are shell-quoted, and ``#SBATCH`` values
+are checked to be single words.
+
+Settings come from the context's ``slurm`` section, overridden by the command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from madengine import __version__
+from madengine.catalog import Catalog, Model, load_catalog, select_models
+from madengine.context.context import deep_merge, load_context_file, parse_context_string, validate_context
+from madengine.core.errors import ConfigError, ContextError, InputError
+from madengine.core.redact import redact
+from madengine.distributed.manifest import model_entry, plan_manifest_run
+from madengine.distributed.slurm_commands import SlurmCommands, SubmissionRejected
+from madengine.distributed.slurm_jobs import (JOB_FILE, JobCollector, LogFollower, SlurmJob, SlurmTask,
+                                              collect_job, ensure_not_collected, find_job, load_job, now,
+                                              wait_for_job)
+from madengine.execution.events import Reporter
+from madengine.execution.options import RunOptions
+from madengine.execution.runner import RunSummary, new_run_id
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+DEFAULT_RESULTS_DIR = "slurm_results"
+CANCEL_GRACE = 60.0
+_WORD = re.compile(r"^[^\s'\"\\`$;&|<>]+$")
+_TIME = re.compile(r"^(UNLIMITED|INFINITE|\d+(-\d+)?(:\d{1,2}){0,2})$", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: settings that become ``#SBATCH --<name>=<value>`` lines
+_DIRECTIVES = {"partition": "partition", "time": "time", "gpus_per_node": "gpus-per-node",
+               "cpus_per_task": "cpus-per-task", "mem": "mem", "account": "account", "qos": "qos",
+               "reservation": "reservation", "constraint": "constraint", "exclude": "exclude",
+               "nodelist": "nodelist"}
+_INTS = ("nodes", "gpus_per_node", "cpus_per_task", "master_port", "array_limit")
+_STRINGS = ("partition", "time", "mem", "account", "qos", "reservation", "constraint", "exclude", "nodelist",
+            "job_name", "results_dir", "executor")
+_OTHER = ("madengine_command", "poll_interval", "env", "modules", "slurm_args")
+
+
+@dataclasses.dataclass
+class SlurmSettings:
+    partition: str | None = None
+    nodes: int | None = None  # per model; None → each model's own (``nnodes``), else 1
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    time: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    constraint: str | None = None
+    exclude: str | None = None
+    nodelist: str | None = None
+    job_name: str = "madengine"
+    results_dir: str = DEFAULT_RESULTS_DIR
+    executor: str = "auto"  # what each task runs its model with: auto | docker | local
+    madengine_command: list[str] = dataclasses.field(default_factory=lambda: [sys.executable, "-m", "madengine"])
+    poll_interval: float = 10.0
+    master_port: int = 29500
+    array_limit: int | None = None  # at most this many array tasks at once (``--array=...%N``)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    modules: list[str] = dataclasses.field(default_factory=list)
+    slurm_args: list[str] = dataclasses.field(default_factory=list)
+
+    def directives(self) -> list[str]:
+        out = []
+        for key, option in _DIRECTIVES.items():
+            value = getattr(self, key)
+            if value is not None and value != "":
+                out.append(f"--{option}={value}")
+        return out
+
+
+def _bad(field: str, message: str, hint: str | None = None) -> ContextError:
+    return ContextError(message, path="slurm", field=field, hint=hint)
+
+
+def slurm_settings(values: Mapping[str, Any]) -> SlurmSettings:
+    """Check and convert the ``slurm`` settings (context section merged with the flags)."""
+    known = set(_INTS) | set(_STRINGS) | set(_OTHER)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise _bad(unknown[0], "unknown Slurm setting", hint="known: " + ", ".join(sorted(known)))
+    settings = SlurmSettings()
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key in _INTS:
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                raise _bad(key, f"must be a whole number, got {value!r}") from None
+            if number < (0 if key == "gpus_per_node" else 1):
+                raise _bad(key, f"must be {'0' if key == 'gpus_per_node' else '1'} or more, got {number}")
+            setattr(settings, key, number)
+        elif key in _STRINGS:
+            text = str(value).strip()
+            if not _WORD.match(text):
+                raise _bad(key, f"{text!r} must be one word without quotes or shell characters")
+            setattr(settings, key, text)
+        elif key == "poll_interval":
+            try:
+                settings.poll_interval = max(0.1, float(value))
+            except (TypeError, ValueError):
+                raise _bad(key, f"must be a number of seconds, got {value!r}") from None
+        elif key in ("madengine_command", "slurm_args"):
+            setattr(settings, key, _argv(key, value))
+        elif key == "env":
+            if not isinstance(value, Mapping) or not all(_ENV_NAME.match(str(k)) for k in value):
+                raise _bad(key, "must map variable names to values")
+            settings.env = {str(k): str(v) for k, v in value.items()}
+        elif key == "modules":
+            if not isinstance(value, list):
+                raise _bad(key, "must be a list of module names")
+            settings.modules = [str(m) for m in value]
+    if settings.time is not None and not _TIME.match(settings.time):
+        raise _bad("time", f"'{settings.time}' is not a Slurm time limit", hint="e.g. 30, 01:00:00 or 1-00:00:00")
+    if settings.executor not in ("auto", "docker", "local"):
+        raise _bad("executor", f"'{settings.executor}' cannot run a task", hint="use auto, docker or local")
+    if not settings.madengine_command:
+        raise _bad("madengine_command", "is empty")
+    return settings
+
+
+def _argv(key: str, value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    try:
+        return shlex.split(str(value))
+    except ValueError as exc:
+        raise _bad(key, f"cannot be split into arguments ({exc})") from None
+
+
+def user_context(options: RunOptions) -> dict[str, Any]:
+    """The context the user gave (file, then string), without host detection: the login node's
+    hardware says nothing about the compute nodes, which detect their own."""
+    values: dict[str, Any] = {}
+    if options.context_file:
+        values = deep_merge(values, validate_context(load_context_file(options.context_file), options.context_file))
+    if options.context_string:
+        values = deep_merge(values, validate_context(parse_context_string(options.context_string)))
+    return values
+
+
+# -- planning ----------------------------------------------------------------------------------
+def model_nodes(model: Model, settings: SlurmSettings) -> int:
+    if settings.nodes is not None:
+        return settings.nodes
+    declared = model.extra.get("nnodes")
+    distributed = model.extra.get("distributed")
+    if declared is None and isinstance(distributed, Mapping):
+        declared = distributed.get("nnodes")
+    try:
+        return max(1, int(declared)) if declared is not None else 1
+    except (TypeError, ValueError):
+        raise ConfigError(f"nnodes of model '{model.name}' is not a number: {declared!r}", path=model.source) from None
+
+
+def task_tag(model: Model) -> str:
+    return model.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in model.tag_configs)
+
+
+def _check_tags_select_one(catalog: Catalog, models: list[Model]) -> None:
+    """Each task selects its model by name; a name that is also another model's tag would run both."""
+    for model in models:
+        names = [m.name for m in select_models(catalog, [model.name])]
+        if names != [model.name]:
+            raise ConfigError(f"model name '{model.name}' is also a tag of {', '.join(n for n in names if n != model.name)}",
+                              path=model.source, hint="a Slurm task selects its model by name; rename the tag")
+
+
+@dataclasses.dataclass
+class Script:
+    path: Path
+    text: str
+    tasks: list[SlurmTask]
+    kind: str  # array | multinode
+    log_pattern: str
+    helper: tuple[Path, str] | None = None  # the per-node script of a multi-node job
+
+
+@dataclasses.dataclass
+class SlurmPlan:
+    settings: SlurmSettings
+    job: SlurmJob
+    scripts: list[Script]
+    context: dict[str, Any]
+
+
+def task_command(options: RunOptions, settings: SlurmSettings, job_dir: Path, context_file: Path | None) -> list[str]:
+    """``madengine run`` as each task runs it (the template adds ``--tags`` and ``--output``)."""
+    argv = [*settings.madengine_command, "run", "--executor", settings.executor, "--live-output", "--no-html",
+            "--runs-dir", str(job_dir / "runs")]
+    if options.timeout is not None:
+        argv += ["--timeout", str(options.timeout)]
+    if context_file is not None:
+        argv += ["--additional-context-file", str(context_file)]
+    if options.manifest_file:
+        argv += ["--manifest-file", str(Path(options.manifest_file).resolve())]
+    for flag, value in (("--registry", options.registry), ("--image-archive", options.image_archive),
+                        ("--tools-json-file-name", options.tools_json_file_name),
+                        ("--force-mirror-local", options.force_mirror_local)):
+        if value:
+            argv += [flag, str(value)]
+    if options.data_config_file_name != "data.json":
+        argv += ["--data-config-file-name", options.data_config_file_name]
+    for flag, on in (("--generate-sys-env-details", options.generate_sys_env_details),
+                     ("--keep-model-dir", options.keep_model_dir), ("--skip-model-run", options.skip_model_run),
+                     ("--disable-skip-gpu-arch", options.disable_skip_gpu_arch),
+                     ("--clean-docker-cache", options.clean_docker_cache), ("--pull", options.pull)):
+        if on:
+            argv.append(flag)
+    return argv
+
+
+def _templates() -> Any:
+    import jinja2
+
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                                     keep_trailing_newline=True, autoescape=False)
+    environment.filters["q"] = shlex.quote
+    return environment
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _select(options: RunOptions) -> tuple[Catalog, list[Model]]:
+    if options.manifest_file:
+        plan = plan_manifest_run(options)
+        return plan.catalog, plan.models
+    if not options.tags:
+        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
+    catalog = load_catalog()
+    return catalog, select_models(catalog, options.tags)
+
+
+def plan_slurm_run(options: RunOptions, run_id: str | None = None) -> SlurmPlan:
+    """Everything a submission writes, rendered but not yet written (``--dry-run`` prints it)."""
+    context = user_context(options)
+    section = context.get("slurm", {})
+    settings = slurm_settings({**section, **options.slurm})
+    catalog, models = _select(options)
+    if not models:
+        raise InputError("no models selected", path="--tags")
+    _check_tags_select_one(catalog, models)
+    run_id = run_id or new_run_id()
+    job_dir = (Path(settings.results_dir) / run_id).resolve()
+    if not _WORD.match(str(job_dir)):
+        raise InputError(f"the Slurm results folder {job_dir} must be a path without spaces or quotes",
+                         path="slurm.results_dir")
+    context_file = job_dir / "context.json" if context else None
+    command = shlex.join(task_command(options, settings, job_dir, context_file))
+    tasks = [SlurmTask(index=i, model=m.name, tag=task_tag(m), model_entry=model_entry(m),
+                       result_dir=str(job_dir / "tasks" / f"{i:03d}-{_safe(m.name)}"), nodes=model_nodes(m, settings))
+             for i, m in enumerate(models)]
+    job = SlurmJob(run_id=run_id, job_dir=job_dir, output=str(Path(options.output).resolve()),
+                   command_line=options.command_line, context=context, tasks=tasks)
+    common = {"version": __version__, "run_id": run_id, "job_name": settings.job_name,
+              "directives": settings.directives(), "workdir": str(Path.cwd()), "model_dir": str(catalog.root),
+              "env": sorted(settings.env.items()), "modules": settings.modules, "command": command}
+    templates = _templates()
+    scripts: list[Script] = []
+    single = [t for t in tasks if t.nodes == 1]
+    if single:
+        for position, task in enumerate(single):
+            task.array_index = position
+        array = f"0-{len(single) - 1}" + (f"%{settings.array_limit}" if settings.array_limit else "")
+        log_pattern = str(job_dir / "logs" / f"{_safe(settings.job_name)}_%A_%a.out")
+        text = templates.get_template("array.sbatch.j2").render(array=array, log_pattern=log_pattern, tasks=single,
+                                                                 **common)
+        scripts.append(Script(job_dir / "array.sbatch", text, single, "array", log_pattern))
+    for task in (t for t in tasks if t.nodes > 1):
+        stem = f"{task.index:03d}-{_safe(task.model)}"
+        rank_script = job_dir / f"{stem}.node.sh"
+        log_pattern = str(job_dir / "logs" / f"{stem}_%j.out")
+        values = dict(common, task=task, nodes=task.nodes, log_pattern=log_pattern, rank_script=str(rank_script),
+                      master_port=settings.master_port, nproc_per_node=settings.gpus_per_node or 0)
+        text = templates.get_template("multinode.sbatch.j2").render(**values)
+        helper = templates.get_template("node-rank.sh.j2").render(**values)
+        scripts.append(Script(job_dir / f"{stem}.sbatch", text, [task], "multinode", log_pattern,
+                              helper=(rank_script, helper)))
+    return SlurmPlan(settings=settings, job=job, scripts=scripts, context=context)
+
+
+# -- submitting --------------------------------------------------------------------------------
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    os.chmod(path, mode)
+
+
+def _check_partition(settings: SlurmSettings, commands: SlurmCommands) -> None:
+    if not settings.partition:
+        return
+    if commands.partition_known(settings.partition) is False:
+        known = commands.partitions()
+        raise InputError(f"Slurm has no partition '{settings.partition}'", path="--partition",
+                         hint=("partitions: " + ", ".join(known)) if known else "see 'sinfo'")
+
+
+def submit(plan: SlurmPlan, commands: SlurmCommands, reporter: Reporter) -> SlurmJob:
+    """Write the job folder and submit every script; a refused submission marks its tasks."""
+    job = plan.job
+    (job.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+    if plan.context:
+        _write(job.job_dir / "context.json", json.dumps(plan.context, indent=2) + "\n", 0o600)
+    job.submitted_at = now()
+    for script in plan.scripts:
+        _write(script.path, script.text, 0o755)
+        if script.helper is not None:
+            _write(script.helper[0], script.helper[1], 0o755)
+    job.save()
+    for script in plan.scripts:
+        try:
+            job_id = commands.submit(str(script.path), plan.settings.slurm_args, cwd=str(Path.cwd()))
+        except SubmissionRejected as exc:
+            reporter.message(f"madengine: sbatch refused {script.path.name}: {exc}")
+            for task in script.tasks:
+                task.rejected = str(exc)
+            continue
+        for task in script.tasks:
+            task.job_id = job_id
+            task.log = script.log_pattern.replace("%A", job_id).replace("%j", job_id).replace(
+                "%a", str(task.array_index))
+        reporter.message(f"madengine: submitted Slurm job {job_id} ({script.kind}, {len(script.tasks)} model(s): "
+                         + ", ".join(t.model for t in script.tasks) + ")")
+    job.save()
+    return job
+
+
+@dataclasses.dataclass
+class SlurmSummary(RunSummary):
+    job_ids: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["slurm"] = {"job_ids": self.job_ids, "job_dir": str(self.run_dir)}
+        return out
+
+
+def _summary(job: SlurmJob, output: Path, records: list | None = None) -> SlurmSummary:
+    return SlurmSummary(run_id=job.run_id, executor="slurm", perf_csv=output, run_dir=job.job_dir,
+                        records=list(records or []), job_ids=job.job_ids)
+
+
+def _emit(reporter: Reporter, text: str) -> None:
+    """Data for stdout when the reporter can write there (``data``), else a message."""
+    emit = getattr(reporter, "data", None)
+    (emit if callable(emit) else reporter.message)(text)
+
+
+def dry_run_text(plan: SlurmPlan) -> str:
+    parts = []
+    for script in plan.scripts:
+        command = shlex.join(["sbatch", "--parsable", *plan.settings.slurm_args, str(script.path)])
+        parts.append(f"# ---- {script.path} (submitted with: {command})\n{script.text}")
+        if script.helper is not None:
+            parts.append(f"# ---- {script.helper[0]} (run on every node by srun)\n{script.helper[1]}")
+    return "\n".join(parts).rstrip("\n")
+
+
+def wait_and_collect(job: SlurmJob, commands: SlurmCommands, reporter: Reporter, *, output: Path,
+                     poll_interval: float, live_output: bool, force: bool = False) -> SlurmSummary:
+    """Wait for the job's tasks to end (Ctrl-C cancels them), then merge their rows."""
+    follower = LogFollower(job, reporter.output) if live_output else None
+    interrupted = False
+    try:
+        wait_for_job(job, commands, reporter, poll_interval, follower)
+    except KeyboardInterrupt:
+        interrupted = True
+        reporter.message(f"madengine: interrupted: cancelling Slurm job(s) {', '.join(job.job_ids)}")
+        commands.cancel(job.job_ids)
+        deadline = time.monotonic() + CANCEL_GRACE
+        while commands.queue(job.job_ids) and time.monotonic() < deadline:
+            time.sleep(min(poll_interval, 1.0))
+    collected = collect_job(job, commands, output, force=force)
+    summary = _summary(job, output, collected.records)
+    summary.interrupted = interrupted
+    return summary
+
+
+def run_on_slurm(options: RunOptions, args: Any = None, reporter: Reporter | None = None) -> SlurmSummary:
+    """Submit the selected models to Slurm; unless ``--no-wait``, wait and merge their rows."""
+    reporter = reporter or Reporter()
+    plan = plan_slurm_run(options)
+    output = Path(options.output)
+    if options.dry_run:
+        _emit(reporter, redact(dry_run_text(plan)))
+        return _summary(plan.job, output)
+    commands = SlurmCommands()
+    _check_partition(plan.settings, commands)
+    job = submit(plan, commands, reporter)
+    if not job.job_ids:
+        reporter.message("madengine: nothing was submitted")
+    if options.no_wait:
+        refused = [t for t in job.tasks if t.rejected]
+        records = JobCollector(job, output).collect(commands, refused) if refused else []
+        job.save()
+        if job.job_ids:
+            _emit(reporter, " ".join(job.job_ids))
+            reporter.message(f"madengine: not waiting; merge the results later with: madengine report collect "
+                             f"--job {job.job_ids[0]} --results-dir {plan.settings.results_dir}")
+        return _summary(job, output, records)
+    return wait_and_collect(job, commands, reporter, output=output, poll_interval=plan.settings.poll_interval,
+                            live_output=options.live_output)
+
+
+def collect_by_job_id(job_id: str, *, results_dir: str | Path = DEFAULT_RESULTS_DIR, output: str | Path | None = None,
+                      reporter: Reporter | None = None, live_output: bool = False, force: bool = False,
+                      poll_interval: float | None = None) -> SlurmSummary:
+    """``madengine report collect --job ID``: wait for a ``--no-wait`` run's job, then merge its rows."""
+    reporter = reporter or Reporter()
+    job = find_job(str(job_id), Path(results_dir))
+    target = Path(output) if output else Path(job.output)
+    ensure_not_collected(job, force)
+    settings = slurm_settings(job.context.get("slurm", {}))
+    return wait_and_collect(job, SlurmCommands(), reporter, output=target,
+                            poll_interval=poll_interval or settings.poll_interval, live_output=live_output,
+                            force=force)
+
+
+__all__ = ["SlurmSettings", "SlurmPlan", "SlurmSummary", "plan_slurm_run", "submit", "run_on_slurm",
+           "collect_by_job_id", "wait_and_collect", "dry_run_text", "slurm_settings", "load_job", "JOB_FILE"]

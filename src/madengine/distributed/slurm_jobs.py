@@ -1,0 +1,394 @@
+"""A submitted Slurm run on disk, and how it ends: waiting, live logs, merging rows into perf.csv.
+
+Each submission has a job folder (``<results_dir>/<run_id>/``, on a filesystem the nodes share)
+with ``job.json`` (what was submitted: models, job ids, where each task writes), the rendered
+scripts, ``logs/`` and ``tasks/<NNN>-<model>/perf.csv`` — the rows each task wrote. Merging
+reads every task's rows into the user's perf.csv once; a task that wrote no row gets a FAILURE
+row that says why (its Slurm state: cancelled, timeout, node failure, exit code). So a run whose
+tasks could not run never reads as a success.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from madengine import __version__
+from madengine.catalog import Catalog, Model
+from madengine.context import Context
+from madengine.core.errors import ConfigError, InputError, MadEngineError, ServiceError
+from madengine.core.redact import redact
+from madengine.distributed.manifest import model_entry, model_of_entry
+from madengine.distributed.slurm_commands import UNRUNNABLE, JobRecord, SlurmCommands, split_queue_id
+from madengine.execution.events import Reporter
+from madengine.execution.options import RunOptions
+from madengine.execution.runner import Runner, RunSummary
+from madengine.results import PerfRecord, Status, append_records, read_rows
+
+JOB_FILE = "job.json"
+FORMAT = "madengine-slurm-job"
+MAX_QUERY_FAILURES = 20
+_STATE_REASONS = {
+    "CANCELLED": "cancelled (scancel, preemption or the job's dependencies)",
+    "NODE_FAIL": "node failure",
+    "OUT_OF_MEMORY": "out of memory",
+    "PREEMPTED": "preempted",
+    "BOOT_FAIL": "the node failed to boot",
+    "DEADLINE": "the job's deadline passed",
+    "REVOKED": "revoked by a sibling cluster",
+}
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass
+class SlurmTask:
+    """One model of the run: which job runs it and where its rows and log go."""
+
+    index: int
+    model: str
+    tag: str
+    result_dir: str  # absolute
+    model_entry: dict[str, Any]
+    nodes: int = 1
+    job_id: str = ""  # the array job or the model's own multi-node job
+    array_index: int | None = None
+    log: str = ""  # absolute; '%A'/'%a'/'%j' filled once the job id is known
+    rejected: str = ""  # sbatch's message when the job carrying the task was refused
+    recorded: bool = False  # its rows are already in perf.csv (a refused task, recorded at once)
+    unrunnable: str = ""  # the pending reason for which madengine cancelled the task (it could never start)
+
+    @property
+    def slurm_id(self) -> str:
+        return f"{self.job_id}_{self.array_index}" if self.array_index is not None else self.job_id
+
+
+@dataclasses.dataclass
+class SlurmJob:
+    run_id: str
+    job_dir: Path
+    output: str  # the perf.csv rows are merged into
+    command_line: str
+    context: dict[str, Any]  # the user's context overrides (what the rows of unrun tasks report)
+    tasks: list[SlurmTask]
+    submitted_at: str = ""
+    madengine_version: str = __version__
+    collected_at: str = ""
+    collected_into: str = ""
+
+    @property
+    def job_ids(self) -> list[str]:
+        return sorted({t.job_id for t in self.tasks if t.job_id}, key=int)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "run_id": self.run_id, "job_dir": str(self.job_dir), "output": self.output,
+                "command_line": self.command_line, "context": self.context, "submitted_at": self.submitted_at,
+                "madengine_version": self.madengine_version, "job_ids": self.job_ids,
+                "collected_at": self.collected_at, "collected_into": self.collected_into,
+                "tasks": [dataclasses.asdict(t) for t in self.tasks]}
+
+    def save(self) -> Path:
+        path = self.job_dir / JOB_FILE
+        tmp = path.with_name(f".{JOB_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def load_job(path: Path) -> SlurmJob:
+    shown = str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("Slurm job file not found", path=shown) from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the Slurm job file ({exc})", path=shown) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError("not a madengine Slurm job file", path=shown)
+    try:
+        names = {f.name for f in dataclasses.fields(SlurmTask)}
+        tasks = [SlurmTask(**{k: v for k, v in t.items() if k in names}) for t in data["tasks"]]
+        return SlurmJob(run_id=data["run_id"], job_dir=path.parent, output=data["output"],
+                        command_line=data.get("command_line", ""), context=data.get("context", {}), tasks=tasks,
+                        submitted_at=data.get("submitted_at", ""),
+                        madengine_version=data.get("madengine_version", ""),
+                        collected_at=data.get("collected_at", ""), collected_into=data.get("collected_into", ""))
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"malformed Slurm job file ({exc})", path=shown) from None
+
+
+def find_job(job_id: str, results_dir: Path) -> SlurmJob:
+    """The job of ``results_dir`` that submitted Slurm job ``job_id`` (a job or array id)."""
+    wanted = job_id.split("_")[0].strip()
+    if not wanted.isdigit():
+        raise InputError(f"'{job_id}' is not a Slurm job id", path="--job")
+    if not results_dir.is_dir():
+        raise InputError("Slurm results folder not found", path=str(results_dir),
+                         hint="give the folder the run used (--results-dir, the context's slurm.results_dir)")
+    for path in sorted(results_dir.glob(f"*/{JOB_FILE}"), reverse=True):
+        try:
+            job = load_job(path)
+        except MadEngineError:
+            continue
+        if wanted in job.job_ids:
+            return job
+    raise InputError(f"no madengine run in {results_dir} submitted Slurm job {wanted}", path="--job",
+                     hint="give the folder the run used with --results-dir")
+
+
+# -- waiting -----------------------------------------------------------------------------------
+class LogFollower:
+    """Streams what the tasks append to their Slurm logs, line by line, per model."""
+
+    def __init__(self, job: SlurmJob, emit: Callable[[str, str], None]) -> None:
+        self.job = job
+        self.emit = emit
+        self.offsets: dict[str, int] = {}
+        self.partial: dict[str, str] = {}
+
+    def pump(self, final: bool = False) -> None:
+        for task in self.job.tasks:
+            if not task.log:
+                continue
+            path = Path(task.log)
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(self.offsets.get(task.log, 0))
+                    data = handle.read()
+                    self.offsets[task.log] = handle.tell()
+            except OSError:
+                continue
+            text = self.partial.pop(task.log, "") + data.decode("utf-8", "replace")
+            lines = text.split("\n")
+            if not final:
+                self.partial[task.log] = lines.pop()
+            for line in lines:
+                if line or not final:
+                    self.emit(task.model, redact(line.rstrip("\r")))
+
+
+def _progress(entries: list[Any]) -> str:
+    """``'1 running, 2 pending (Resources)'``: a pending range of array tasks counts once."""
+    counts: dict[str, int] = {}
+    for entry in entries:
+        label = entry.state.lower()
+        if entry.state == "PENDING" and entry.reason not in ("", "None"):
+            label += f" ({entry.reason})"
+        counts[label] = counts.get(label, 0) + 1
+    return ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+
+
+def wait_for_job(job: SlurmJob, commands: SlurmCommands, reporter: Reporter, poll_interval: float,
+                 follower: LogFollower | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Poll ``squeue`` until none of the job's jobs is pending or running any more."""
+    last = ""
+    failures = 0
+    ids = job.job_ids
+    while ids:
+        try:
+            entries = commands.queue(ids)
+            failures = 0
+        except ServiceError as exc:
+            failures += 1
+            if failures >= MAX_QUERY_FAILURES:
+                raise
+            reporter.message(f"madengine: squeue failed ({exc}); retrying")
+            sleep(poll_interval)
+            continue
+        if follower is not None:
+            follower.pump()
+        _cancel_unrunnable(job, entries, commands, reporter)
+        progress = _progress(entries)
+        if progress and progress != last:
+            reporter.message(f"madengine: slurm job {','.join(ids)}: {progress}")
+            last = progress
+        if not entries:
+            break
+        sleep(poll_interval)
+    if follower is not None:
+        follower.pump(final=True)
+
+
+def _cancel_unrunnable(job: SlurmJob, entries: list[Any], commands: SlurmCommands, reporter: Reporter) -> None:
+    """Cancel tasks Slurm keeps pending for a reason that never clears, instead of waiting forever."""
+    doomed = []
+    for entry in entries:
+        if entry.state != "PENDING" or entry.reason not in UNRUNNABLE:
+            continue
+        job_id, indices = split_queue_id(entry.job_id)
+        for task in job.tasks:
+            if task.job_id == job_id and (indices is None or task.array_index in indices) and not task.unrunnable:
+                task.unrunnable = entry.reason
+                doomed.append(task)
+    if doomed:
+        reporter.message(f"madengine: Slurm can never start {', '.join(t.model for t in doomed)} "
+                         f"({doomed[0].unrunnable}); cancelling")
+        commands.cancel(sorted({t.slurm_id for t in doomed}))
+        job.save()
+
+
+# -- merging -----------------------------------------------------------------------------------
+class _SlurmTag:
+    """Stands in for an executor where rows are recorded for tasks that never ran one."""
+
+    name = "slurm"
+
+
+def _record_for(records: list[JobRecord], task: SlurmTask) -> JobRecord | None:
+    for record in records:
+        if task.array_index is None or task.array_index in record.array_tasks:
+            return record
+    return None
+
+
+def state_reason(record: JobRecord | None, task: SlurmTask) -> str | None:
+    """Why a task failed, from its final Slurm state; None when it completed."""
+    if task.unrunnable:
+        return (f"never started: Slurm kept the job pending ({task.unrunnable}: it asks for more than the "
+                "partition, QOS or account allows); madengine cancelled it")
+    if record is None:
+        return "final Slurm state unknown (the controller no longer knows the job)"
+    state = record.state
+    if state == "COMPLETED":
+        return None
+    if state == "TIMEOUT":
+        return f"timeout: the Slurm time limit ({record.time_limit}) was reached; the task was killed"
+    if state == "FAILED":
+        code, _, signal = record.exit_code.partition(":")
+        if signal not in ("", "0"):
+            return f"task killed by signal {signal}"
+        return f"task exited with code {code}"
+    if state in _STATE_REASONS:
+        where = f" on {record.node}" if record.node and state == "NODE_FAIL" else ""
+        return _STATE_REASONS[state] + where
+    return f"Slurm state {state}" + (f" ({record.reason})" if record.reason not in ("", "None") else "")
+
+
+def _task_rows(task: SlurmTask) -> list[dict[str, str]]:
+    """Rows of node rank 0 (or the single node), then FAILURE rows of the other ranks."""
+    folder = Path(task.result_dir)
+    if task.nodes <= 1:
+        path = folder / "perf.csv"
+        return read_rows(path) if path.is_file() else []
+    rows: list[dict[str, str]] = []
+    for rank_dir in sorted(folder.glob("rank*"), key=lambda p: int(p.name[4:] or 0)):
+        path = rank_dir / "perf.csv"
+        if not path.is_file():
+            continue
+        for row in read_rows(path):
+            if rank_dir.name == "rank0":
+                rows.append(row)
+            elif row.get("status") == Status.FAILURE:
+                row["reason"] = f"node rank {rank_dir.name[4:]}: {row.get('reason', '')}"
+                rows.append(row)
+    return rows
+
+
+def _last_error(log: str) -> str:
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines[-50:]):
+        if "error" in line.lower():
+            return redact(line.strip())[:300]
+    return ""
+
+
+def _as_float(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+class JobCollector:
+    """Turns the tasks' rows and final states into perf.csv rows of the submitting run."""
+
+    def __init__(self, job: SlurmJob, output: Path) -> None:
+        self.job = job
+        self.output = output
+        options = RunOptions(output=output, command_line=job.command_line)
+        self.context = Context(job.context)
+        self.recorder = Runner(options, self.context, Catalog(root=Path.cwd(), models=[]), _SlurmTag(),
+                               Reporter(), job.run_id)
+
+    def _model(self, task: SlurmTask) -> Model:
+        return model_of_entry(task.model_entry, task.model, str(self.job.job_dir / JOB_FILE))
+
+    def failure(self, task: SlurmTask, reason: str, node: str = "") -> PerfRecord:
+        values: dict[str, Any] = {"gpu_vendor": self.job.context.get("gpu_vendor", ""),
+                                  "gpu_architecture": self.job.context.get("gpu_architecture", ""),
+                                  "context": {k: v for k, v in self.job.context.items() if k != "slurm"},
+                                  "machine_name": node, "artifacts": [task.log] if task.log else []}
+        record = self.recorder.failure(self._model(task), reason, **values)
+        record.extra["slurm_job_id"] = task.slurm_id
+        return record
+
+    def from_row(self, task: SlurmTask, row: dict[str, str]) -> PerfRecord:
+        record = PerfRecord.from_row(row)
+        record.run_id = self.job.run_id
+        record.executor = "slurm"
+        record.command_line = self.job.command_line
+        record.test_duration = _as_float(record.test_duration)
+        record.build_duration = _as_float(record.build_duration)
+        if task.log and task.log not in str(record.artifacts):
+            record.artifacts = ",".join(a for a in (str(record.artifacts), task.log) if a)
+        record.extra["slurm_job_id"] = task.slurm_id
+        return record
+
+    def task_records(self, task: SlurmTask, state: JobRecord | None) -> list[PerfRecord]:
+        if task.rejected:
+            return [self.failure(task, f"not submitted: sbatch refused the job: {task.rejected}")]
+        records = [self.from_row(task, row) for row in _task_rows(task)]
+        reason = state_reason(state, task)
+        node = state.node if state else ""
+        if reason is None and not records:
+            reason = "the task ended without writing a result row"
+        if reason is not None and not any(r.status == Status.FAILURE for r in records):
+            detail = _last_error(task.log) if not records and state is not None and state.state == "FAILED" else ""
+            records.append(self.failure(task, f"{reason}: {detail}" if detail else reason, node))
+        return records
+
+    def collect(self, commands: SlurmCommands, tasks: list[SlurmTask] | None = None) -> list[PerfRecord]:
+        states: dict[str, list[JobRecord]] = {}
+        records: list[PerfRecord] = []
+        for task in tasks if tasks is not None else self.job.tasks:
+            if task.recorded:
+                continue
+            if task.job_id and task.job_id not in states:
+                states[task.job_id] = commands.records(task.job_id)
+            state = _record_for(states.get(task.job_id, []), task) if task.job_id else None
+            batch = self.task_records(task, state)
+            append_records(self.output, batch)
+            task.recorded = True
+            records.extend(batch)
+        return records
+
+
+def ensure_not_collected(job: SlurmJob, force: bool) -> None:
+    if job.collected_at and not force:
+        raise InputError(f"the rows of this run were already merged into {job.collected_into} at "
+                         f"{job.collected_at}", path=str(job.job_dir / JOB_FILE), hint="--force merges them again")
+
+
+def collect_job(job: SlurmJob, commands: SlurmCommands, output: Path | None = None, *,
+                force: bool = False) -> RunSummary:
+    """Merge every task's rows (and a FAILURE row per task that wrote none) into perf.csv, once."""
+    target = Path(output or job.output)
+    ensure_not_collected(job, force)
+    if force:
+        for task in job.tasks:
+            task.recorded = False
+    summary = RunSummary(run_id=job.run_id, executor="slurm", perf_csv=target, run_dir=job.job_dir)
+    summary.records = JobCollector(job, target).collect(commands)
+    job.collected_at, job.collected_into = now(), str(target)
+    job.save()
+    return summary
