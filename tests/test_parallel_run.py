@@ -1,0 +1,163 @@
+"""``madengine run --parallel N``: same results as a sequential run, disjoint CPUs/GPUs for models
+that run at the same time, whole lines in logs and perf.csv.
+
+GPUs cannot be had here: the GPU test declares four NVIDIA GPUs through the context (the one mock)
+and checks what the local executor hands each model (``CUDA_VISIBLE_DEVICES``). CPU pinning is
+real (host affinity; a container's cpuset on the real Docker engine).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from madengine.results import read_rows
+
+WORK = r'''
+import os, sys, time
+name = os.environ["MAD_MODEL_NAME"]
+seconds, value = float(sys.argv[1]), sys.argv[2]
+start = time.time()
+cpus = sorted(os.sched_getaffinity(0))
+for i in range(50):
+    print(f"tick {name} {i} " + "x" * 200, flush=True)
+time.sleep(seconds)
+end = time.time()
+gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+print(f"window cpus={','.join(map(str, cpus))} gpus={gpus} start={start} end={end}")
+if value == "fail":
+    sys.exit(3)
+print(f"performance: {value} units")
+'''
+
+
+def _models(count: int, seconds: float, **extra) -> list[dict]:
+    models = [{"name": f"par_{i}", "dockerfile": "docker/par", "scripts": "scripts/par/work.py",
+               "args": f"{seconds} {i + 1}.5", "n_gpus": "0", "tags": ["par"], **extra} for i in range(count)]
+    models.append({"name": "par_fail", "dockerfile": "docker/par", "scripts": "scripts/par/work.py",
+                   "args": f"{seconds} fail", "n_gpus": "0", "tags": ["par"], **extra})
+    return models
+
+
+@pytest.fixture
+def par_repo(tmp_path, monkeypatch):
+    def make(models: list[dict]) -> Path:
+        repo = tmp_path / "repo"
+        (repo / "scripts" / "par").mkdir(parents=True)
+        (repo / "docker").mkdir()
+        (repo / "scripts" / "par" / "work.py").write_text(WORK)
+        (repo / "docker" / "par.Dockerfile").write_text(
+            "ARG BASE_DOCKER=madengine-base:bookworm\nFROM ${BASE_DOCKER}\nLABEL madengine.test=parallel\n")
+        (repo / "models.json").write_text(json.dumps(models))
+        monkeypatch.chdir(repo)
+        monkeypatch.delenv("MODEL_DIR", raising=False)
+        return repo
+    return make
+
+
+def _results(path: Path) -> set[tuple[str, str, str, str, str]]:
+    return {(r["model"], r["status"], r["performance"], r["metric"], r["reason"]) for r in read_rows(path)}
+
+
+def _windows(repo: Path, runs_dir: str = "madengine_runs") -> dict[str, dict[str, str]]:
+    found = {}
+    for log in (repo / runs_dir).glob("*/*/run.log"):
+        match = re.search(r"window (cpus=\S* gpus=\S* start=\S+ end=\S+)", log.read_text())
+        if match:
+            found[log.parent.name] = dict(part.split("=", 1) for part in match.group(1).split())
+    return found
+
+
+def _overlapping(windows: dict[str, dict[str, str]]) -> list[tuple[str, str]]:
+    names = sorted(windows)
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+            if float(windows[a]["start"]) < float(windows[b]["end"])
+            and float(windows[b]["start"]) < float(windows[a]["end"])]
+
+
+def test_parallel_results_equal_sequential_ones(par_repo, cli):
+    repo = par_repo(_models(3, 0.3))
+    sequential = cli("run", "--tags", "par", "--executor", "local", "-o", "seq.csv", "--no-html")
+    parallel = cli("run", "--tags", "par", "--executor", "local", "--parallel", "2", "-o", "par.csv", "--no-html",
+                   "--live-output")
+    assert sequential.code == parallel.code == 1, (sequential, parallel)  # par_fail fails in both
+    assert _results(repo / "seq.csv") == _results(repo / "par.csv")
+    assert len(_results(repo / "par.csv")) == 4
+    # concurrent output stays whole: every streamed line carries exactly its own model's prefix
+    ticks = [line for line in parallel.stderr.splitlines() if " tick " in line]
+    assert len(ticks) == 4 * 50
+    assert all(re.fullmatch(r"\[(par_\w+)\] tick \1 \d+ x{200}", line) for line in ticks)
+
+
+def test_cpu_models_run_at_once_on_disjoint_cpus(par_repo, cli):
+    repo = par_repo(_models(3, 1.0))
+    result = cli("run", "--tags", "par", "--executor", "local", "--parallel", "2", "--no-html")
+    assert result.code == 1, result
+    windows = _windows(repo)
+    assert len(windows) == 4
+    pairs = _overlapping(windows)
+    assert pairs, "no two models ran at the same time"
+    for a, b in pairs:
+        assert not set(windows[a]["cpus"].split(",")) & set(windows[b]["cpus"].split(",")), (a, b, windows)
+    assert all(len(w["cpus"].split(",")) == 1 for w in windows.values())  # 2 CPUs // 2 models
+
+
+def test_gpu_models_get_disjoint_gpu_sets(par_repo, cli):
+    repo = par_repo(_models(3, 1.0, n_gpus="2"))
+    context = json.dumps({"gpu_vendor": "NVIDIA", "system_ngpus": 4, "gpu_architecture": "sm_90"})
+    result = cli("run", "--tags", "par", "--executor", "local", "--parallel", "4", "-c", context, "--no-html")
+    assert result.code == 1, result
+    windows = _windows(repo)
+    assert {w["gpus"] for w in windows.values()} <= {"0,1", "2,3"}
+    pairs = _overlapping(windows)
+    assert pairs, "no two models ran at the same time"
+    for a, b in pairs:  # two GPUs each out of four: at most two at once, never sharing one
+        assert windows[a]["gpus"] != windows[b]["gpus"], (a, b, windows)
+    assert all(r["n_gpus"] == "2" for r in read_rows(repo / "perf.csv"))
+
+
+@pytest.mark.docker
+def test_containers_get_disjoint_cpusets(par_repo, cli, docker_client, docker_cleanup):
+    docker_cleanup.append("ci-par_")
+    repo = par_repo(_models(2, 1.5)[:2])
+    result = cli("run", "--tags", "par", "--executor", "docker", "--parallel", "2", "--no-html")
+    assert result.code == 0, result
+    windows = _windows(repo)
+    assert len(windows) == 2 and _overlapping(windows), windows
+    cpus = [w["cpus"] for w in windows.values()]
+    assert all(len(c.split(",")) == 1 for c in cpus) and cpus[0] != cpus[1], windows
+
+
+def test_ctrl_c_ends_every_running_model_and_records_it(par_repo):
+    repo = par_repo(_models(3, 60))
+    proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "par", "--executor", "local",
+                             "--parallel", "2", "--no-html"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while len(list(repo.glob("madengine_runs/*/*/run.log"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    rows = read_rows(repo / "perf.csv")
+    assert len(rows) == 2 and all(r["status"] == "FAILURE" and "interrupted" in r["reason"] for r in rows), rows
+    assert not _processes_under(repo)  # the models' processes were ended, not orphaned
+
+
+def _processes_under(folder: Path) -> list[int]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cwd"]):
+        if proc.info["pid"] != os.getpid() and (proc.info["cwd"] or "").startswith(str(folder)):
+            found.append(proc.info["pid"])
+    return found

@@ -1,0 +1,136 @@
+"""Slurm without a cluster: the rendered scripts (``--dry-run``), settings checks, and the parsing of
+``squeue``/``scontrol`` output recorded from Slurm 22.05."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from madengine.distributed.slurm_commands import (parse_index_list, parse_job_id, parse_scontrol_jobs,
+                                                  parse_squeue, split_queue_id)
+from madengine.distributed.slurm_jobs import SlurmTask, state_reason
+
+EVIL = "evil$(touch pwned)`id`;x"
+MODELS = [
+    {"name": "one", "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "tags": ["grp"]},
+    {"name": EVIL, "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "tags": ["grp"]},
+    {"name": "big", "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "nnodes": 4, "tags": ["multi"]},
+]
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    (root / "scripts" / "s").mkdir(parents=True)
+    (root / "scripts" / "s" / "run.sh").write_text("echo 'performance: 1 x'\n")
+    (root / "models.json").write_text(json.dumps(MODELS))
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    return root
+
+
+def _scripts(text: str) -> dict[str, str]:
+    """The dry run's output split into {file name: script}."""
+    out, name = {}, None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# ---- "):
+            name = Path(line.split()[2]).name
+            out[name] = ""
+        elif name:
+            out[name] += line
+    return out
+
+
+def test_dry_run_prints_scripts_and_submits_nothing(repo, cli):
+    result = cli("run", "--tags", "grp", "multi", "--executor", "slurm", "--dry-run", "--partition", "gpu",
+                 "--time", "02:00:00", "--gpus-per-node", "8", "--timeout", "0",
+                 "-c", json.dumps({"slurm": {"env": {"NCCL_DEBUG": "INFO"}, "array_limit": 2}}))
+    assert result.code == 0, result
+    scripts = _scripts(result.stdout + result.stderr)
+    array, multi, node = scripts["array.sbatch"], scripts["002-big.sbatch"], scripts["002-big.node.sh"]
+    for directive in ("--partition=gpu", "--time=02:00:00", "--gpus-per-node=8", "--array=0-1%2"):
+        assert f"#SBATCH {directive}\n" in array
+    assert "#SBATCH --nodes=4\n" in multi and "#SBATCH --partition=gpu\n" in multi
+    assert "export MASTER_PORT=29500" in multi and "export NNODES=$SLURM_JOB_NUM_NODES" in multi
+    assert "MASTER_ADDR" in multi and "srun --nodes=" in multi and "export NPROC_PER_NODE=8" in multi
+    assert "export NODE_RANK=${SLURM_NODEID" in node and "MAD_COLLECT_METRICS=false" in node
+    assert "--timeout 0 " in array  # 'never' is passed on, not dropped or rendered as None
+    assert "export NCCL_DEBUG=INFO" in array
+    for text in (array, multi, node):
+        assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert not (repo / "slurm_results").exists() and not (repo / "perf.csv").exists()
+
+
+def test_model_names_reach_the_task_as_data_never_as_shell(repo, cli, tmp_path):
+    # the task command is 'echo' here, so running the rendered script shows what madengine would get
+    context = json.dumps({"slurm": {"madengine_command": ["echo", "MADENGINE"]}})
+    result = cli("run", "--tags", "grp", "--executor", "slurm", "--dry-run", "-c", context)
+    array = _scripts(result.stdout + result.stderr)["array.sbatch"]
+    work = tmp_path / "work"
+    work.mkdir()
+    ran = subprocess.run(["bash", "-c", array.replace(f"cd {repo}", f"cd {work}")], capture_output=True, text=True,
+                         env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"}, cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    assert f"--tags {EVIL} --output" in ran.stdout
+    assert not list(work.rglob("pwned")) and not list(repo.rglob("pwned"))
+
+
+@pytest.mark.parametrize("context, message", [
+    ({"slurm": {"partitions": "x"}}, "unknown Slurm setting"),
+    ({"slurm": {"time": "soon"}}, "is not a Slurm time limit"),
+    ({"slurm": {"partition": "gpu\n#SBATCH --uid=0"}}, "must be one word"),
+    ({"slurm": {"nodes": 0}}, "must be 1 or more"),
+    ({"slurm": {"executor": "slurm"}}, "cannot run a task"),
+])
+def test_bad_settings_are_bad_input(repo, cli, context, message):
+    result = cli("run", "--tags", "one", "--executor", "slurm", "--dry-run", "-c", json.dumps(context))
+    assert result.code == 2 and message in result.stderr, result
+
+
+def test_a_model_name_that_is_another_models_tag_is_refused(repo, cli):
+    models = MODELS + [{"name": "clash", "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "tags": ["one"]}]
+    (repo / "models.json").write_text(json.dumps(models))
+    result = cli("run", "--tags", "one", "--executor", "slurm", "--dry-run")
+    assert result.code == 2 and "also a tag of clash" in result.stderr, result
+
+
+# -- parsing recorded output -------------------------------------------------------------------
+SCONTROL = (
+    "JobId=12 ArrayJobId=10 ArrayTaskId=2 JobName=madengine UserId=root(0) JobState=TIMEOUT Reason=TimeLimit "
+    "ExitCode=0:15 RunTime=00:01:16 TimeLimit=00:01:00 StartTime=2026-11-21T23:25:17 NodeList=mad1 BatchHost=mad1\n"
+    "JobId=11 ArrayJobId=10 ArrayTaskId=1 JobName=madengine JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 "
+    "TimeLimit=UNLIMITED NodeList=mad2 BatchHost=mad2\n"
+    "JobId=10 ArrayJobId=10 ArrayTaskId=3-5 JobName=madengine JobState=CANCELLED Reason=None ExitCode=0:0 "
+    "TimeLimit=UNLIMITED NodeList=(null) BatchHost=(null)\n"
+)
+
+
+def test_scontrol_records_of_an_array():
+    records = parse_scontrol_jobs(SCONTROL)
+    assert [(r.job_id, r.array_tasks, r.state, r.node) for r in records] == [
+        ("12", [2], "TIMEOUT", "mad1"), ("11", [1], "FAILED", "mad2"), ("10", [3, 4, 5], "CANCELLED", "")]
+    assert records[0].time_limit == "00:01:00" and records[1].exit_code == "3:0" and all(r.ended for r in records)
+
+
+def test_squeue_lines_and_ids():
+    entries = parse_squeue("10_[3-5%2]|PENDING|Resources\n10_1|RUNNING|None\n")
+    assert [(e.job_id, e.state, e.reason) for e in entries] == [("10_[3-5%2]", "PENDING", "Resources"),
+                                                                 ("10_1", "RUNNING", "None")]
+    assert split_queue_id("10_[3-5%2]") == ("10", [3, 4, 5]) and split_queue_id("11") == ("11", None)
+    assert parse_index_list("0-6:3,9") == [0, 3, 6, 9]
+    assert parse_job_id("123;cluster\n") == "123"
+
+
+def test_final_states_become_reasons():
+    task = SlurmTask(index=0, model="m", tag="m", result_dir="/x", model_entry={}, job_id="10", array_index=2)
+    timeout, failed, cancelled = parse_scontrol_jobs(SCONTROL)
+    assert state_reason(timeout, task).startswith("timeout: the Slurm time limit (00:01:00)")
+    assert state_reason(failed, task) == "task exited with code 3"
+    assert state_reason(cancelled, task).startswith("cancelled")
+    assert state_reason(None, task).startswith("final Slurm state unknown")
+    task.unrunnable = "PartitionConfig"
+    assert "never started" in state_reason(None, task)
