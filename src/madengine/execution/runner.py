@@ -228,14 +228,21 @@ class Runner:
             yield from self._execute(spec, values)
         except KeyboardInterrupt:
             self._interrupted = True
-            yield self.failure(model, "interrupted", **values)
+            yield self.failure(model, "interrupted", **self._with_row_values(spec, values))
         except MadEngineError as exc:
-            yield self.failure(model, str(exc), **values)
+            yield self.failure(model, str(exc), **self._with_row_values(spec, values))
         finally:
             if started:
                 self.executor.stop(spec, self.options.keep_alive)
             if not (self.options.keep_model_dir or self.options.keep_alive):
                 shutil.rmtree(spec.workdir, ignore_errors=True)
+
+    @staticmethod
+    def _with_row_values(spec: RunSpec, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` plus what providers/tools set before a failure (e.g. ``dataname``)."""
+        merged = {k: v for k, v in spec.row_values.items() if k in PerfRecord.__dataclass_fields__ and k != "extra"}
+        merged.update({k: v for k, v in values.items() if k not in merged or v})
+        return merged
 
     def _prepare_workdir(self, spec: RunSpec, script_dir: Path | None) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
@@ -436,6 +443,10 @@ def run_models(options: RunOptions, reporter: Reporter | None = None) -> RunSumm
         from madengine.data import check_run_inputs
 
         check_run_inputs(models, options, context)  # bad data.json/credential.json: exit 2 before any run
+    if context.get("tools") or context.get("pre_scripts") or context.get("post_scripts"):
+        from madengine.tools import validate_tools
+
+        validate_tools(context, options, catalog.root)  # bad tools.json / unknown tool: exit 2 before any build
     executor = choose_executor(options, reporter)
     run_id = new_run_id()
     runner = make_runner(options, context, catalog, executor, reporter, run_id)
