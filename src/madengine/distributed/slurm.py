@@ -259,6 +259,8 @@ def plan_slurm_run(options: RunOptions, run_id: str | None = None) -> SlurmPlan:
     context = user_context(options)
     section = context.get("slurm", {})
     settings = slurm_settings({**section, **options.slurm})
+    if options.manifest_file and settings.executor == "local":
+        raise _bad("executor", "tasks of a manifest run run its images, which needs docker", hint="use docker or auto")
     catalog, models = _select(options)
     if not models:
         raise InputError("no models selected", path="--tags")

@@ -23,7 +23,7 @@ from madengine.catalog import Catalog, Model
 from madengine.context import Context
 from madengine.core.errors import ConfigError, InputError, MadEngineError, ServiceError
 from madengine.core.redact import redact
-from madengine.distributed.manifest import model_entry, model_of_entry
+from madengine.distributed.manifest import model_of_entry
 from madengine.distributed.slurm_commands import UNRUNNABLE, JobRecord, SlurmCommands, split_queue_id
 from madengine.execution.events import Reporter
 from madengine.execution.options import RunOptions
