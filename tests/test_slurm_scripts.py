@@ -79,6 +79,26 @@ def test_model_names_reach_the_task_as_data_never_as_shell(repo, cli, tmp_path):
     assert not list(work.rglob("pwned")) and not list(repo.rglob("pwned"))
 
 
+def test_multi_node_scripts_keep_model_names_as_data(repo, cli, tmp_path):
+    evil = "many$(touch pwned)"
+    models = [{"name": evil, "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "nnodes": 2}]
+    (repo / "models.json").write_text(json.dumps(models))
+    context = json.dumps({"slurm": {"madengine_command": ["echo", "MADENGINE"]}})
+    result = cli("run", "--tags", evil, "--executor", "slurm", "--dry-run", "-c", context)
+    assert result.code == 0, result
+    scripts = _scripts(result.stdout + result.stderr)
+    node = next(text for name, text in scripts.items() if name.endswith(".node.sh"))
+    job = next(text for name, text in scripts.items() if name.endswith(".sbatch"))
+    work = tmp_path / "work"
+    work.mkdir()
+    ran = subprocess.run(["bash", "-c", node.replace(str(repo), str(work))], capture_output=True, text=True,
+                         env={**os.environ, "SLURM_NODEID": "1"}, cwd=work)
+    assert ran.returncode == 0, ran.stderr
+    assert f"madengine: {evil}: node rank 1" in ran.stdout and f"--tags {evil} --output" in ran.stdout
+    assert "pwned" not in job.replace(f"'{evil}'", "").replace("many__touch_pwned_", "")
+    assert not list(work.rglob("pwned")) and not list(repo.rglob("pwned"))
+
+
 @pytest.mark.parametrize("context, message", [
     ({"slurm": {"partitions": "x"}}, "unknown Slurm setting"),
     ({"slurm": {"time": "soon"}}, "is not a Slurm time limit"),
