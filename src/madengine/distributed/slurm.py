@@ -366,9 +366,8 @@ def _summary(job: SlurmJob, output: Path, records: list | None = None) -> SlurmS
 
 
 def _emit(reporter: Reporter, text: str) -> None:
-    """Data for stdout when the reporter can write there (``data``), else a message."""
-    emit = getattr(reporter, "data", None)
-    (emit if callable(emit) else reporter.message)(text)
+    """Data for stdout (the job id of --no-wait, the script of --dry-run)."""
+    reporter.data(text)
 
 
 def dry_run_text(plan: SlurmPlan) -> str:

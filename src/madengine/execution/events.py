@@ -11,3 +11,6 @@ class Reporter:
 
     def output(self, key: str, line: str) -> None:
         """One line of a model's (or build's) output, when live output is on."""
+
+    def data(self, text: str) -> None:
+        """Output a machine reads (e.g. a submitted job id, a rendered script): stdout in the CLI."""

@@ -135,6 +135,9 @@ class CliReporter:
     def output(self, key: str, line: str) -> None:
         print(f"[{key}] {line}", file=self.env.stderr, flush=True)
 
+    def data(self, text: str) -> None:
+        self.env.data(text)
+
 
 def print_summary(env: Environment, records) -> None:
     from madengine.cli.render import table
