@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import json
 import os
 import posixpath
 import sys
@@ -60,17 +59,7 @@ def model_root() -> Path:
 
 
 def _read_json(path: Path, root: Path) -> Any:
-    shown = _shown(path, root)
-    try:
-        with open(path, "rb") as handle:
-            return jsonio.loads(handle.read())
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
-                           hint="fix the JSON syntax") from None
-    except UnicodeDecodeError:
-        raise CatalogError("not UTF-8 text", path=shown) from None
-    except OSError as exc:
-        raise CatalogError(f"cannot read ({exc.strerror})", path=shown) from None
+    return jsonio.read_json_file(path, error=CatalogError, shown=_shown(path, root))
 
 
 def _shown(path: Path, root: Path) -> str:

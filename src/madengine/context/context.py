@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from madengine.context.detect import VENDORS, detect_gpus, detect_host_os
 from madengine.core.errors import ContextError
+from madengine.core.jsonio import read_json_file
 
 DEFAULT_GUEST_OS = "UBUNTU"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,17 +46,7 @@ def parse_context_string(text: str, *, source: str = "--additional-context") -> 
 
 def load_context_file(path: str | Path) -> dict[str, Any]:
     shown = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ContextError("file not found", path=shown, hint="check --additional-context-file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ContextError(f"cannot read ({exc})", path=shown) from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ContextError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
-                           hint="fix the JSON syntax") from None
+    value = read_json_file(path, error=ContextError, hint="check --additional-context-file")
     if not isinstance(value, dict):
         raise ContextError(f"must hold a JSON object, got {type(value).__name__}", path=shown)
     return value

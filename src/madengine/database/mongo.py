@@ -229,13 +229,9 @@ def upload_files(path: Path) -> list[Path]:
 
 
 def _read_json_objects(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", path=str(path)) from None
+    from madengine.core.jsonio import read_json_file
+
+    data = read_json_file(path)
     items = data if isinstance(data, list) else [data]
     if not items or not all(isinstance(item, dict) for item in items):
         raise InputError("must hold a JSON object or a non-empty array of objects", path=str(path))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from madengine.core.errors import InputError
+from madengine.core.jsonio import read_json_file
 from madengine.results.columns import ALL_COLUMNS, Status
 from madengine.results.parsing import as_number
 from madengine.results.perfcsv import read_header, read_rows
@@ -97,17 +98,7 @@ def to_import_rows(rows: Sequence[dict[str, str]]) -> list[ImportRow]:
 def load_model_entries(path: Path) -> dict[str, dict[str, Any]]:
     """``models.json`` entries by name (a JSON array of objects with a ``name``)."""
     path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise InputError("file not found", path=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a models.json file", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", path=str(path)) from None
+    data = read_json_file(path)
     if not isinstance(data, list):
         raise InputError(f"must hold a JSON array of model objects, got {type(data).__name__}", path=str(path))
     entries: dict[str, dict[str, Any]] = {}

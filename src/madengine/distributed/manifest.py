@@ -24,6 +24,7 @@ from madengine.catalog.schema import model_from_entry
 from madengine.catalog.sources import model_root
 from madengine.context import build_context, select_dockerfiles
 from madengine.core.errors import ConfigError, InputError, MadEngineError
+from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
 from madengine.distributed import transport
 from madengine.execution.events import Reporter
@@ -161,14 +162,8 @@ def load_manifest(path: str | Path) -> Manifest:
     """Read and check a build manifest (InputError when missing, ConfigError when malformed)."""
     path = Path(path)
     shown = str(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("build manifest not found", path=shown, hint="create it with 'madengine build'") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the build manifest ({exc})", path=shown) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown) from None
+    data = read_json_file(path, error=ConfigError, missing="build manifest not found",
+                          hint="create it with 'madengine build'")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError("not a madengine build manifest (no \"format\": \"madengine-build-manifest\")", path=shown)
     if data.get("format_version") != FORMAT_VERSION:

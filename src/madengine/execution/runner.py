@@ -17,7 +17,6 @@ import datetime
 import json
 import secrets
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Iterator
 

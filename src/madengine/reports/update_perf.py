@@ -9,11 +9,11 @@ new column, which then goes at the end).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from madengine.core.errors import InputError
+from madengine.core.jsonio import read_json_file
 from madengine.results.columns import Status
 from madengine.results.parsing import as_number, parse_multiple_results
 from madengine.results.perfcsv import append_rows
@@ -26,18 +26,7 @@ _PER_ROW_KEYS = ("model", "performance", "metric", "status")
 
 
 def read_json(path: Path) -> Any:
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise InputError("file not found", path=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a folder, not a JSON file", path=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not a UTF-8 text file ({exc.reason})", path=str(path)) from None
+    return read_json_file(path)
 
 
 def _json_object(path: Path) -> dict[str, Any]:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import re
 import shlex
 from pathlib import Path
 from typing import Any
 
 from madengine.core.errors import ConfigError, ContextError
+from madengine.core.jsonio import read_json_file
 
 BUNDLED_TOOLS_JSON = Path(__file__).resolve().with_name("tools.json")
 #: the folder bundled script paths are relative to (``tools/cpu_monitor.py`` → ``scripts/tools/...``)
@@ -93,15 +93,7 @@ def load_tools(tools_json_file_name: str | None, root: Path) -> dict[str, ToolDe
 
 def parse_tools_file(path: Path, *, base_dirs: tuple[Path, ...]) -> dict[str, ToolDef]:
     shown = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read ({exc})", path=shown) from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
-                          hint="fix the JSON syntax") from None
+    document = read_json_file(path, error=ConfigError)
     if not isinstance(document, dict) or not isinstance(document.get("tools"), dict):
         raise ConfigError('must be an object with a "tools" object', path=shown, field="tools",
                           hint='e.g. {"tools": {"my_tool": {"cmd": "..."}}}')
