@@ -295,3 +295,14 @@ def test_docker_executor_without_engine_is_a_clear_error(model_repo, tmp_path):
     done = run_process("run", "--tags", "dummy", "--executor", "docker", cwd=model_repo,
                        env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
     assert done.returncode == 2 and "no Docker engine answers" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_identical_builds_are_done_once_per_run(model_repo, cli, docker_only):
+    result = cli("run", "--tags", "dummy,dummy_py,badbuild", "dummy_badbuild")
+    rows = rows_by_model(model_repo)
+    assert rows["dummy"]["image_id"] == rows["dummy_py"]["image_id"]
+    assert rows["dummy_py"]["docker_image"] == "ci-dummy_py_dummy"
+    docker_only.images.get("ci-dummy_py_dummy")  # the second name exists as a real tag
+    second_log = Path(rows["dummy_py"]["artifacts"].split(",")[-1])
+    assert second_log.name == "build.log" and "tagged its image" in second_log.read_text()
+    assert result.code == 1 and rows["dummy_badbuild"]["status"] == "FAILURE"

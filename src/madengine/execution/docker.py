@@ -10,6 +10,7 @@ interrupted kills the container; the container is removed at the end unless ``--
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import sys
@@ -89,6 +90,10 @@ class DockerExecutor:
         self.pull = pull
         self.no_cache = no_cache
         self._containers: dict[str, Any] = {}
+        #: builds done in this run, by what determines their result (see ``build``)
+        self._builds: dict[tuple, "BuildInfo | BuildError"] = {}
+        self._build_locks: dict[tuple, threading.Lock] = {}
+        self._memo_lock = threading.Lock()
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
@@ -96,9 +101,46 @@ class DockerExecutor:
     # -- build -------------------------------------------------------------------------------
     def build(self, image: str, dockerfile: Path, context_dir: Path, build_args: dict[str, str],
               log_path: Path, live: Callable[[str], None] | None) -> BuildInfo:
+        """Build ``image``; within one run, an identical build (same Dockerfile text, context folder
+        and build args) is done once and its image tagged with the other names.
+
+        Catalogs commonly give many models one Dockerfile: each would otherwise pay a full (cached)
+        build in the engine.
+        """
+        text = dockerfile.read_text(encoding="utf-8", errors="replace")
+        key = (str(dockerfile.resolve()), hashlib.sha256(text.encode()).hexdigest(), str(Path(context_dir).resolve()),
+               tuple(sorted(build_args.items())))
+        with self._memo_lock:
+            lock = self._build_locks.setdefault(key, threading.Lock())
+        with lock:  # a parallel run building the same thing waits for the first build
+            done = self._builds.get(key)
+            if done is None:
+                try:
+                    done = self._build_now(image, dockerfile, text, context_dir, build_args, log_path, live)
+                except BuildError as exc:
+                    self._builds[key] = exc
+                    raise
+                self._builds[key] = done
+                return done
+        return self._reuse(done, image, log_path)
+
+    def _reuse(self, done: "BuildInfo | BuildError", image: str, log_path: Path) -> BuildInfo:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as log:
+            if isinstance(done, BuildError):
+                log.write(f"=== madengine: the same build failed earlier in this run: {done.message}\n")
+                raise BuildError(f"build of {image} failed: the identical build failed earlier in this run "
+                                 f"({done.message})", log_path=str(log_path))
+            started = time.monotonic()
+            self.client.api.tag(done.image_id, image)
+            log.write(f"=== madengine: same Dockerfile, build context and build args as {done.image} earlier in "
+                      f"this run: tagged its image {done.image_id} as {image}\n")
+        return dataclasses.replace(done, image=image, duration=time.monotonic() - started)
+
+    def _build_now(self, image: str, dockerfile: Path, text: str, context_dir: Path, build_args: dict[str, str],
+                   log_path: Path, live: Callable[[str], None] | None) -> BuildInfo:
         from docker.errors import APIError, DockerException
 
-        text = dockerfile.read_text(encoding="utf-8", errors="replace")
         base = base_image(text, build_args)
         started = time.monotonic()
         log_path.parent.mkdir(parents=True, exist_ok=True)
