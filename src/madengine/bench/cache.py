@@ -20,12 +20,13 @@ reused; deleting the folder is always safe.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Mapping
+
+from madengine.core.clock import utc_now
 
 FORMAT_VERSION = 1
 OPTIMIZATION_LEVEL = "ORT_ENABLE_ALL"
@@ -99,7 +100,7 @@ def commit(prepared: Prepared) -> None:
     if not prepared.optimized_output.is_file():
         return
     os.replace(prepared.optimized_output, prepared.final_path)
-    meta = dict(prepared.metadata, created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    meta = dict(prepared.metadata, created_at=utc_now())
     temporary = prepared.final_path.with_suffix(f".json.tmp-{os.getpid()}")
     temporary.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
     os.replace(temporary, prepared.final_path.with_suffix(".json"))

@@ -10,7 +10,6 @@ FAILURE row and the others still run.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import platform
@@ -25,6 +24,7 @@ from madengine.bench.harness import HarnessError, HarnessInputError
 from madengine.bench.harness import engine
 from madengine.bench.harness.inputs import InputSpec, parse_axes, parse_shapes, resolve_shapes
 from madengine.bench.suite import ModelEntry, entry_from_path, load_suite
+from madengine.core.clock import utc_now
 from madengine.core.errors import InputError
 from madengine.execution.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
@@ -237,7 +237,7 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
                reporter: Reporter) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
     artifacts = _unused_folder(summary.run_dir / _folder_name(entry.name, short))
-    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    started_at = utc_now()
     started = time.monotonic()
     options = engine.BenchOptions(
         provider=plan.provider, threads=request.threads, warmup=request.warmup, iterations=request.iterations,

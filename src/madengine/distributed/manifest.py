@@ -11,7 +11,6 @@ of that manifest records a FAILURE row for it, so a broken build is never silent
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import time
@@ -23,6 +22,7 @@ from madengine.catalog import Catalog, Model, load_catalog, select_models
 from madengine.catalog.schema import model_from_entry
 from madengine.catalog.sources import model_root
 from madengine.context import build_context, select_dockerfiles
+from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, InputError, MadEngineError
 from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
@@ -38,8 +38,6 @@ FORMAT_VERSION = 1
 DEFAULT_MANIFEST = "build_manifest.json"
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclasses.dataclass
@@ -204,7 +202,7 @@ def _build_one(runner: Runner, model: Model, dockerfile: Any, registry: str | No
     entry = ManifestImage(
         model=model.name, image=key, image_id=build.image_id, dockerfile=shown, base_docker=build.base_docker,
         docker_sha=build.docker_sha, build_args={k: redact(str(v)) for k, v in build_args.items()},
-        build_duration=round(build.duration, 3), built_at=_now(), model_entry=model_entry(model))
+        build_duration=round(build.duration, 3), built_at=utc_now(), model_entry=model_entry(model))
     client = runner.executor.client
     try:
         if registry:
@@ -241,7 +239,7 @@ def build_models(options: RunOptions, reporter: Reporter | None = None, *,
     archive_dir = Path(options.image_archive).resolve() if options.image_archive else None
     build_id = new_run_id()
     runner = Runner(options, context, catalog, executor, reporter, build_id)
-    manifest = Manifest(build_id=build_id, built_at=_now(), madengine_version=__version__, machine=machine_name(),
+    manifest = Manifest(build_id=build_id, built_at=utc_now(), madengine_version=__version__, machine=machine_name(),
                         model_repository=str(catalog.root), tags=list(options.tags),
                         context=_context_record(context), registry=registry,
                         image_archive=str(archive_dir) if archive_dir else None)

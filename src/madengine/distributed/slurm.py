@@ -27,12 +27,13 @@ from typing import Any, Mapping
 from madengine import __version__
 from madengine.catalog import Catalog, Model, load_catalog, select_models
 from madengine.context.context import deep_merge, load_context_file, parse_context_string, validate_context
+from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, ContextError, InputError
 from madengine.core.redact import redact
 from madengine.distributed.manifest import model_entry, plan_manifest_run
 from madengine.distributed.slurm_commands import SlurmCommands, SubmissionRejected
 from madengine.distributed.slurm_jobs import (JOB_FILE, JobCollector, LogFollower, SlurmJob, SlurmTask,
-                                              collect_job, ensure_not_collected, find_job, load_job, now,
+                                              collect_job, ensure_not_collected, find_job, load_job,
                                               wait_for_job)
 from madengine.execution.events import Reporter
 from madengine.execution.options import RunOptions
@@ -326,7 +327,7 @@ def submit(plan: SlurmPlan, commands: SlurmCommands, reporter: Reporter) -> Slur
     (job.job_dir / "logs").mkdir(parents=True, exist_ok=True)
     if plan.context:
         _write(job.job_dir / "context.json", json.dumps(plan.context, indent=2) + "\n", 0o600)
-    job.submitted_at = now()
+    job.submitted_at = utc_now()
     for script in plan.scripts:
         _write(script.path, script.text, 0o755)
         if script.helper is not None:

@@ -11,7 +11,6 @@ tasks could not run never reads as a success.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import time
@@ -21,6 +20,7 @@ from typing import Any, Callable
 from madengine import __version__
 from madengine.catalog import Catalog, Model
 from madengine.context import Context
+from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, InputError, MadEngineError, ServiceError
 from madengine.core.redact import redact
 from madengine.distributed.manifest import model_of_entry
@@ -44,8 +44,6 @@ _STATE_REASONS = {
 }
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclasses.dataclass
@@ -389,6 +387,6 @@ def collect_job(job: SlurmJob, commands: SlurmCommands, output: Path | None = No
             task.recorded = False
     summary = RunSummary(run_id=job.run_id, executor="slurm", perf_csv=target, run_dir=job.job_dir)
     summary.records = JobCollector(job, target).collect(commands)
-    job.collected_at, job.collected_into = now(), str(target)
+    job.collected_at, job.collected_into = utc_now(), str(target)
     job.save()
     return summary

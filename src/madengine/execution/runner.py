@@ -24,6 +24,7 @@ from madengine import __version__
 from madengine.catalog import Catalog, Model, load_catalog, select_models
 from madengine.context import Context, build_context, select_dockerfiles
 from madengine.context.detect import nvidia_short_arch
+from madengine.core.clock import utc_now
 from madengine.core.errors import ExecutionError, MadEngineError
 from madengine.core.redact import redact
 from madengine.execution.events import Reporter
@@ -65,8 +66,6 @@ def new_run_id() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def choose_executor(options: RunOptions, reporter: Reporter):
@@ -112,7 +111,7 @@ class Runner:
             pipeline=_env("pipeline"), args=model.run_args, tags=",".join(model.tags),
             machine_name=machine_name(), gpu_architecture=self.context.gpu_architecture,
             build_number=_env("BUILD_NUMBER", "0"), additional_docker_run_options=model.additional_docker_run_options,
-            run_id=self.run_id, executor=self.executor.name, started_at=_now(), gpu_vendor=self.context.gpu_vendor,
+            run_id=self.run_id, executor=self.executor.name, started_at=utc_now(), gpu_vendor=self.context.gpu_vendor,
             context=self.context.summary(), madengine_version=__version__, command_line=self.options.command_line,
         )
         for key, value in values.items():
