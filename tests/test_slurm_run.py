@@ -267,6 +267,7 @@ def test_array_runs_every_model_and_merges_rows(slurm_repo, cli):
     assert summary["counts"] == {"SUCCESS": 2, "FAILURE": 1, "SKIPPED": 0}
     assert summary["slurm"]["job_ids"] == sorted(job_ids)
     assert "[sl_pass]" in result.stderr and "pass on" in result.stderr  # --live-output streamed the task logs
+    assert "[sl_pass] [" not in result.stderr  # one prefix per line, not the task's and the submitter's
 
 
 def test_multi_node_model_gets_its_own_job_with_rendezvous_env(slurm_repo, cli):

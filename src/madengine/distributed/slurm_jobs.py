@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -142,6 +143,9 @@ def find_job(job_id: str, results_dir: Path) -> SlurmJob:
 
 
 # -- waiting -----------------------------------------------------------------------------------
+_TASK_PREFIX = re.compile(r"^\[[^\]\s]+\] ")
+
+
 class LogFollower:
     """Streams what the tasks append to their Slurm logs, line by line, per model."""
 
@@ -169,7 +173,9 @@ class LogFollower:
                 self.partial[task.log] = lines.pop()
             for line in lines:
                 if line or not final:
-                    self.emit(task.model, redact(line.rstrip("\r")))
+                    # the task's own `madengine run --live-output` already prefixed its lines with
+                    # "[<image key>] "; the model prefix the submitter adds replaces it
+                    self.emit(task.model, redact(_TASK_PREFIX.sub("", line.rstrip("\r"), count=1)))
 
 
 def _progress(entries: list[Any]) -> str:
