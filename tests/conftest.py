@@ -56,6 +56,15 @@ def run_process(*argv: str, cwd: Path | None = None, env: dict | None = None, ti
                           env={**os.environ, **(env or {})}, timeout=timeout, input=input)
 
 
+@pytest.fixture(autouse=True)
+def _forget_secrets():
+    """Secrets are registered process-wide (for redaction); no test sees another's."""
+    yield
+    from madengine.core.redact import clear_secrets
+
+    clear_secrets()
+
+
 @pytest.fixture
 def cli():
     return run_cli

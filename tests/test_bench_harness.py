@@ -116,7 +116,7 @@ def test_summarize_single_run_and_outliers():
 
 
 def test_percentile_matches_numpy():
-    numpy = pytest.importorskip("numpy")
+    import numpy
     values = sorted(numpy.random.default_rng(1).random(37).tolist())
     for q in (0, 12.5, 50, 90, 95, 99, 100):
         assert stats.percentile(values, q) == pytest.approx(float(numpy.percentile(values, q)))
@@ -180,7 +180,7 @@ def test_parse_flags():
 
 
 def test_generated_inputs_are_seeded_and_typed():
-    numpy = pytest.importorskip("numpy")
+    import numpy
     shapes = {"ids": (2, 3), "x": (2, 3, 8)}
     first, again, other = (inputs.generate(SIGNATURE, shapes, seed) for seed in (0, 0, 1))
     assert first["ids"].dtype == numpy.int64 and first["x"].dtype == numpy.float32

@@ -15,18 +15,12 @@ from pathlib import Path
 import pytest
 
 from madengine.catalog import Model
-from madengine.core.redact import clear_secrets, redact
+from madengine.core.redact import redact
 from madengine.data.credentials import credential_env, git_environment, is_ssh_url, load_credentials
 from madengine.results import read_rows
 from test_data_servers import GitHttpServer, install_datatests, make_bare_repo, sshd_server  # noqa: F401
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _forget_secrets():
-    yield
-    clear_secrets()
 
 
 @pytest.fixture

@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from madengine.core.redact import clear_secrets
 from madengine.results import read_rows
 from test_data_servers import install_datatests, s3_server, sshd_server  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.sshd]
 
 FILES = {"train/a.txt": b"alpha\n", "train/b.txt": b"bravo bravo\n", "labels.csv": b"id,label\n1,x\n"}
-
-
-@pytest.fixture(autouse=True)
-def _forget_secrets():
-    yield
-    clear_secrets()
 
 
 @pytest.fixture
