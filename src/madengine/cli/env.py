@@ -31,3 +31,20 @@ class Environment:
     @property
     def debug(self) -> bool:
         return self.environ.get("MADENGINE_DEBUG", "") not in ("", "0", "false", "False")
+
+
+class CliReporter:
+    """The core's progress (``execution.events.Reporter``) as the terminal shows it: messages and
+    ``[key] line`` live output on stderr, data (job ids, rendered scripts) on stdout."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    def message(self, text: str) -> None:
+        self.env.message(text)
+
+    def output(self, key: str, line: str) -> None:
+        print(f"[{key}] {line}", file=self.env.stderr, flush=True)
+
+    def data(self, text: str) -> None:
+        self.env.data(text)

@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from madengine.cli.env import Environment
+from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus
 
 DESCRIPTION = """\
@@ -113,7 +113,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         profile=args.profile, metric=args.metric, output=Path(args.output), runs_dir=Path(args.runs_dir),
         use_cache=not args.no_cache, command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]),
         environ=dict(env.environ))
-    summary = run_bench(request, _Reporter(env))
+    summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
     if args.json:
         print(tables, file=env.stderr, flush=True)
@@ -123,17 +123,6 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     env.message(f"madengine: {len(summary.outcomes) - len(summary.failed)} succeeded, {len(summary.failed)} failed; "
                 f"rows in {summary.perf_csv}; results in {summary.run_dir}")
     return ExitStatus.FAILED if summary.failed else ExitStatus.OK
-
-
-class _Reporter:
-    def __init__(self, env: Environment) -> None:
-        self.env = env
-
-    def message(self, text: str) -> None:
-        self.env.message(text)
-
-    def output(self, key: str, line: str) -> None:
-        self.env.message(f"[{key}] {line}")
 
 
 PROFILE_ROWS = 20

@@ -54,7 +54,7 @@ def _password(args: argparse.Namespace) -> str | None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from madengine.cli.commands.run import CliReporter
+    from madengine.cli.env import CliReporter
     from madengine.cli.render import table
     from madengine.distributed import transport
     from madengine.distributed.manifest import build_models

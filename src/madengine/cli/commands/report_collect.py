@@ -35,7 +35,8 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from madengine.cli.commands.run import CliReporter, exit_status, print_summary
+    from madengine.cli.commands.run import exit_status, print_summary
+    from madengine.cli.env import CliReporter
     from madengine.distributed.slurm import collect_by_job_id
 
     summary = collect_by_job_id(args.job, results_dir=args.results_dir, output=args.output,

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
-from madengine.cli.env import Environment
+from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus, InputError
 
 
@@ -123,20 +123,6 @@ def options_from_args(args: argparse.Namespace, argv_text: str):
                                  ("slurm_args", getattr(args, "slurm_args", None))) if v is not None},
         no_wait=getattr(args, "no_wait", False), dry_run=getattr(args, "dry_run", False),
     )
-
-
-class CliReporter:
-    def __init__(self, env: Environment) -> None:
-        self.env = env
-
-    def message(self, text: str) -> None:
-        self.env.message(text)
-
-    def output(self, key: str, line: str) -> None:
-        print(f"[{key}] {line}", file=self.env.stderr, flush=True)
-
-    def data(self, text: str) -> None:
-        self.env.data(text)
 
 
 def print_summary(env: Environment, records) -> None:
