@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from madengine.core.errors import InputError
+from madengine.results.perfcsv import csv_input_errors
 
 # perf.csv cells can hold whole JSON contexts and command lines; the csv default (128 KiB) is too small
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -68,17 +69,8 @@ class PerfTable:
 def load_table(path: Path, *, require: tuple[str, ...] = ("model",)) -> PerfTable:
     """Read a perf.csv-like file; :class:`InputError` when it is missing or malformed."""
     path = Path(path)
-    if path.is_dir():
-        raise InputError("is a folder, not a CSV file", path=str(path))
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            return _read(path, csv.reader(handle, strict=True), require)
-    except FileNotFoundError:
-        raise InputError("file not found", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
-    except csv.Error as exc:
-        raise InputError(f"malformed CSV ({exc})", path=str(path)) from None
+    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
+        return _read(path, csv.reader(handle, strict=True), require)
 
 
 def _read(path: Path, reader, require: tuple[str, ...]) -> PerfTable:

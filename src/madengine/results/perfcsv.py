@@ -39,6 +39,21 @@ def _parse_header_line(line: str) -> list[str]:
     return [name.strip() for name in next(csv.reader([line]), [])]
 
 
+@contextlib.contextmanager
+def csv_input_errors(path: Path) -> Iterator[None]:
+    """Turn every way a CSV file can be unreadable into one :class:`InputError` naming it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise InputError("file not found", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError("is a folder, not a CSV file", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
+    except csv.Error as exc:
+        raise InputError(f"malformed CSV ({exc})", path=str(path)) from None
+
+
 def read_header(path: Path) -> list[str]:
     """The column names of an existing CSV (whitespace stripped); [] when missing or empty."""
     path = Path(path)
@@ -55,25 +70,18 @@ def read_header(path: Path) -> list[str]:
 def read_rows(path: Path) -> list[dict[str, str]]:
     """Every row of a CSV as dicts keyed by stripped column names."""
     path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle)
-            header = [name.strip() for name in next(reader, [])]
-            rows = []
-            for line_no, cells in enumerate(reader, start=2):
-                if not cells:
-                    continue
-                if len(cells) > len(header):
-                    raise InputError(f"line {line_no} has {len(cells)} cells but the header has {len(header)}",
-                                     path=str(path), hint="fix or remove that line")
-                rows.append({name: (cells[i].strip() if i < len(cells) else "") for i, name in enumerate(header)})
-            return rows
-    except FileNotFoundError:
-        raise InputError("file not found", path=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
-    except csv.Error as exc:
-        raise InputError(f"malformed CSV ({exc})", path=str(path)) from None
+    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        header = [name.strip() for name in next(reader, [])]
+        rows = []
+        for line_no, cells in enumerate(reader, start=2):
+            if not cells:
+                continue
+            if len(cells) > len(header):
+                raise InputError(f"line {line_no} has {len(cells)} cells but the header has {len(header)}",
+                                 path=str(path), hint="fix or remove that line")
+            rows.append({name: (cells[i].strip() if i < len(cells) else "") for i, name in enumerate(header)})
+        return rows
 
 
 def _csv_line(cells: Sequence[str]) -> str:
