@@ -314,7 +314,7 @@ def test_empty_name_is_refused(workdir, cli, mongo):
 def real_mongo():
     uri = os.environ.get("MONGO_URI")
     if not uri:
-        pytest.skip("MONGO_URI is not set: no MongoDB server can be installed here (mockupdb tests cover the protocol)")
+        pytest.skip("MONGO_URI is not set: no MongoDB server can be installed here or in CI (mockupdb tests cover the protocol)")
     import pymongo
 
     name = f"madengine_test_{secrets.token_hex(4)}"

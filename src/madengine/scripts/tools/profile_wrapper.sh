@@ -45,7 +45,7 @@ case "$profiler" in
     exit 2 ;;
 esac
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-status_file=$(mktemp "${TMPDIR:-/tmp}/madengine_status.XXXXXX")
+status_file=$(mktemp)  # in $TMPDIR, else /tmp
 "${prefix[@]}" bash "$here/exit_status.sh" "$status_file" "$@"
 profiler_status=$?
 command_status=$(cat "$status_file" 2>/dev/null)
