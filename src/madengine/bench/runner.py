@@ -26,7 +26,7 @@ from madengine.bench.harness.inputs import InputSpec, parse_axes, parse_shapes, 
 from madengine.bench.suite import ModelEntry, entry_from_path, load_suite
 from madengine.core.clock import utc_now
 from madengine.core.errors import InputError
-from madengine.execution.events import Reporter
+from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
 
 METRICS = tuple(engine.METRICS)
@@ -105,7 +105,7 @@ class _Plan:
 
 def run_bench(request: BenchRequest, reporter: Reporter | None = None) -> BenchSummary:
     """Benchmark every model of ``request``; every result lands in perf.csv (see the module doc)."""
-    from madengine.execution.runner import new_run_id
+    from madengine.core.ids import new_run_id
 
     reporter = reporter or Reporter()
     _check_request(request)
@@ -297,7 +297,7 @@ def _with_prepared(options: engine.BenchOptions, prepared: prepared_cache.Prepar
 
 def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str) -> PerfRecord:
     from madengine import __version__
-    from madengine.execution.plan import machine_name
+    from madengine.core.ids import machine_name
 
     vendor = engine.GPU_VENDORS.get(plan.provider, "CPU")
     return PerfRecord(

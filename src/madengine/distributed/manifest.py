@@ -27,10 +27,12 @@ from madengine.core.errors import ConfigError, InputError, MadEngineError
 from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
 from madengine.distributed import transport
-from madengine.execution.events import Reporter
+from madengine.core.events import Reporter
 from madengine.execution.options import RunOptions
-from madengine.execution.plan import image_key, machine_name
-from madengine.execution.runner import Runner, choose_executor, new_run_id
+from madengine.core.ids import machine_name
+from madengine.execution.plan import image_key
+from madengine.core.ids import new_run_id
+from madengine.execution.runner import Runner, choose_executor
 from madengine.results import PerfRecord
 
 FORMAT = "madengine-build-manifest"

@@ -35,9 +35,10 @@ from madengine.distributed.slurm_commands import SlurmCommands, SubmissionReject
 from madengine.distributed.slurm_jobs import (JOB_FILE, JobCollector, LogFollower, SlurmJob, SlurmTask,
                                               collect_job, ensure_not_collected, find_job, load_job,
                                               wait_for_job)
-from madengine.execution.events import Reporter
+from madengine.core.events import Reporter
 from madengine.execution.options import RunOptions
-from madengine.execution.runner import RunSummary, new_run_id
+from madengine.core.ids import new_run_id
+from madengine.execution.runner import RunSummary
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 DEFAULT_RESULTS_DIR = "slurm_results"

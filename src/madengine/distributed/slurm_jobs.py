@@ -26,7 +26,7 @@ from madengine.core.errors import ConfigError, InputError, MadEngineError, Servi
 from madengine.core.redact import redact
 from madengine.distributed.manifest import model_of_entry
 from madengine.distributed.slurm_commands import UNRUNNABLE, JobRecord, SlurmCommands, split_queue_id
-from madengine.execution.events import Reporter
+from madengine.core.events import Reporter
 from madengine.execution.options import RunOptions
 from madengine.execution.runner import Runner, RunSummary
 from madengine.results import PerfRecord, Status, append_records, read_rows

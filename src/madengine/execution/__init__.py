@@ -4,7 +4,7 @@ Public surface: :class:`RunOptions`, :func:`run_models`, :class:`RunSummary`, :c
 """
 
 from madengine.execution.options import RunOptions
-from madengine.execution.events import Reporter
+from madengine.core.events import Reporter
 from madengine.execution.runner import RunSummary, run_models
 
 __all__ = ["RunOptions", "Reporter", "RunSummary", "run_models"]

@@ -12,7 +12,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
@@ -176,6 +175,3 @@ def copy_tree(source: Path, destination: Path) -> None:
         else:
             shutil.copy2(entry, target)
 
-
-def machine_name() -> str:
-    return socket.gethostname()

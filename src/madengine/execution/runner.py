@@ -13,9 +13,7 @@ never loses earlier rows. Status rules:
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
-import secrets
 import shutil
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,10 +24,11 @@ from madengine.context import Context, build_context, select_dockerfiles
 from madengine.context.detect import nvidia_short_arch
 from madengine.core.clock import utc_now
 from madengine.core.errors import ExecutionError, MadEngineError
+from madengine.core.ids import machine_name, new_run_id
 from madengine.core.redact import redact
-from madengine.execution.events import Reporter
+from madengine.core.events import Reporter
 from madengine.execution.options import RunOptions
-from madengine.execution.plan import (RunSpec, Step, image_key, local_key, machine_name, model_env,
+from madengine.execution.plan import (RunSpec, Step, image_key, local_key, model_env,
                                       resolve_gpus, script_step, copy_tree, tag_config_vars)
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.results import PerfRecord, Status, append_records, parse_performance
@@ -60,12 +59,6 @@ class RunSummary:
                          "reason": r.reason, "docker_image": r.docker_image, "test_duration": r.test_duration}
                         for r in self.records],
         }
-
-
-def new_run_id() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
 
 
 def choose_executor(options: RunOptions, reporter: Reporter):
