@@ -132,3 +132,7 @@ def docker_cleanup(docker_client):
                     docker_client.api.remove_image(tag, force=True)
                 except APIError:
                     pass
+    try:  # images madengine built that a rebuild left without a name
+        docker_client.api.prune_images(filters={"dangling": True, "label": "madengine.build-inputs"})
+    except APIError:  # another prune is running (409): it removes them
+        pass

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
             args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
-    args.argv = argv  # the exact command line, recorded with every result
+    env.argv = argv  # the exact command line, recorded with every result
     if not args.command:
         parser.print_help(env.stderr)
         return int(ExitStatus.BAD_INPUT)

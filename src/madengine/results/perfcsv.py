@@ -148,8 +148,3 @@ def append_rows(path: Path, rows: Iterable[dict[str, str]]) -> Path:
 def append_records(path: Path, records: Iterable[PerfRecord]) -> Path:
     """Append result records to perf.csv at ``path`` (see module docstring for guarantees)."""
     return append_rows(path, (record.to_row() for record in records))
-
-
-def ensure_perf_csv(path: Path) -> Path:
-    """Create ``path`` with the standard header when it does not exist yet."""
-    return append_rows(path, [])

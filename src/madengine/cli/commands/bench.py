@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from madengine.cli.env import CliReporter, Environment
@@ -111,7 +109,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
         profile=args.profile, metric=args.metric, output=Path(args.output), runs_dir=Path(args.runs_dir),
-        use_cache=not args.no_cache, command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]),
+        use_cache=not args.no_cache, command_line=env.host().command_line,
         environ=dict(env.environ))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
