@@ -11,7 +11,7 @@ import contextlib
 import io
 from pathlib import Path
 
-from tests.conftest import REPO
+from conftest import REPO
 
 
 def test_import_contracts_are_kept():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_process
+from conftest import BASE_IMAGE, run_process
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -292,6 +292,14 @@ def test_unchanged_build_inputs_skip_the_build_and_a_changed_context_file_rebuil
     assert forced.code == 0 and "Using cache" in forced.stderr
     fresh = cli("run", "--tags", "argtest", "--live-output", "--clean-docker-cache")
     assert fresh.code == 0 and "Using cache" not in fresh.stderr
+
+
+def test_an_image_of_that_name_built_elsewhere_is_rebuilt(model_repo, cli, docker_only):
+    """An image named ci-* that madengine did not build (no build-inputs label) is never trusted."""
+    docker_only.images.get(BASE_IMAGE).tag("ci-dummy_args_args")
+    run = cli("run", "--tags", "argtest", "--live-output")
+    assert run.code == 0 and "Step " in run.stderr
+    assert rows_by_model(model_repo)["dummy_args"]["image_id"] != docker_only.images.get(BASE_IMAGE).id
 
 
 def test_command_line_is_recorded_exactly(model_repo, cli, executor):

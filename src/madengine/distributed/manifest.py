@@ -26,13 +26,12 @@ from madengine.core.ids import machine_name
 from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
 from madengine.distributed import transport
-from madengine.distributed.options import TransportOptions
+from madengine.distributed.options import DEFAULT_MANIFEST, TransportOptions
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.plan import image_key
 
 FORMAT = "madengine-build-manifest"
 FORMAT_VERSION = 1
-DEFAULT_MANIFEST = "build_manifest.json"
 
 
 

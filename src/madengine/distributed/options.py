@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+DEFAULT_MANIFEST = "build_manifest.json"
+
 
 @dataclasses.dataclass(frozen=True)
 class TransportOptions:

@@ -134,7 +134,7 @@ class DockerBuilder:
     def _up_to_date(self, image: str, digest: str) -> ImageInfo | None:
         """An image built from the same inputs: ``image`` itself, or another name to tag."""
         attrs = self._attrs(image)
-        if (attrs.get("Config") or {}).get("Labels", {}).get(INPUTS_LABEL) == digest:
+        if ((attrs.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL) == digest:
             return ImageInfo(image=image, image_id=attrs["Id"], how="up to date")
         same = self.client.api.images(filters={"label": f"{INPUTS_LABEL}={digest}"}, quiet=True)
         if not same:

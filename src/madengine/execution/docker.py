@@ -66,6 +66,7 @@ class DockerExecutor:
         self.client = client
         self.images = images
         self._containers: dict[str, Any] = {}
+        self._removals: list[threading.Thread] = []
 
     # -- images ------------------------------------------------------------------------------
     def targets(self, model: Any) -> list[Target]:
@@ -184,9 +185,19 @@ class DockerExecutor:
             _ignore_gone(container.kill)
 
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
+        """Remove the container in the background (the engine takes a while to tear it down, and
+        the row can be written meanwhile); :meth:`close` waits for every removal."""
         container = self._containers.pop(spec.key, None)
-        if container is not None and not keep_alive:
-            _ignore_gone(lambda: container.remove(force=True))
+        if container is None or keep_alive:
+            return
+        removal = threading.Thread(target=_ignore_gone, args=(lambda: container.remove(force=True),),
+                                   name=f"remove-{spec.key}")
+        removal.start()
+        self._removals.append(removal)
+
+    def close(self) -> None:
+        while self._removals:
+            self._removals.pop().join()
 
     def abort(self, run_id: str) -> None:
         for container in self.client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):

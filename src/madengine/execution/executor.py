@@ -81,3 +81,6 @@ class Executor(Protocol):
     def abort(self, run_id: str) -> None:
         """Kill every container or process group run ``run_id`` started (they are cleaned up by
         :meth:`stop`, which the runner still calls)."""
+
+    def close(self) -> None:
+        """Wait until everything :meth:`stop` started to clean up is gone."""

@@ -44,6 +44,9 @@ class LocalExecutor:
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
         return None
 
+    def close(self) -> None:
+        return None
+
     def _env(self, spec: RunSpec, step: Step) -> dict[str, str]:
         env = dict(self.environ)
         env.update(spec.env)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from madengine.distributed.options import ParallelOptions, SlurmOptions, TransportOptions
-from madengine.distributed.manifest import DEFAULT_MANIFEST
+from madengine.distributed.options import DEFAULT_MANIFEST, ParallelOptions, SlurmOptions, TransportOptions
 from madengine.execution.options import BuildOptions, RunOptions
 
 

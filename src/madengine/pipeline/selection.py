@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from madengine.catalog import Catalog, Model, load_catalog, model_root, select_models
 from madengine.core.errors import InputError
-from madengine.distributed.manifest import Manifest, load_manifest, manifest_models
+
+if TYPE_CHECKING:  # a run without --manifest-file never loads the manifest code
+    from madengine.distributed.manifest import Manifest
 
 
 @dataclasses.dataclass
 class Selection:
     catalog: Catalog
     models: list[Model]
-    manifest: Manifest | None = None
+    manifest: "Manifest | None" = None
 
 
 def no_models(what: str = "--tags") -> InputError:
@@ -25,6 +27,8 @@ def no_models(what: str = "--tags") -> InputError:
 def select(tags: Sequence[str], manifest_file: str | None = None) -> Selection:
     """The models ``tags`` select from the catalog, or from the manifest (``--tags`` filters it)."""
     if manifest_file:
+        from madengine.distributed.manifest import load_manifest, manifest_models
+
         manifest = load_manifest(manifest_file)
         root = model_root()
         models = manifest_models(manifest, root, tags)

@@ -52,8 +52,11 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     summary = RunSummary(run_id=run_id, executor=executor.name, perf_csv=Path(options.output), run_dir=run_dir)
     reporter.message(f"madengine: run {run_id}: {len(selection.models)} model(s), {executor.name} executor, "
                      f"{context.gpu_vendor} host ({context.gpu_architecture}); results → {options.output}")
-    for record in _schedule(runner, selection, request.parallel.workers):
-        _record(summary, record, reporter)
+    try:
+        for record in _schedule(runner, selection, request.parallel.workers):
+            _record(summary, record, reporter)
+    finally:
+        executor.close()
     summary.interrupted = runner.stopped
     return summary
 
