@@ -170,9 +170,12 @@ class ParallelScheduler:
             self.results.put(_DONE)
 
     def _marked(self, record: PerfRecord) -> PerfRecord:
+        """A model that failed because the run was being stopped says so."""
         if self.stopping and not record.ok:
-            record.status, record.reason = Status.FAILURE, f"interrupted ({record.reason})" if record.reason \
-                else "interrupted"
+            why = self.runner.stopped.reason if self.runner.stopped else "interrupted"
+            if not record.reason.startswith(why):
+                record.reason = f"{why} ({record.reason})" if record.reason else why
+            record.status = Status.FAILURE
         return record
 
     # -- caller's thread -----------------------------------------------------------------------
@@ -188,22 +191,22 @@ class ParallelScheduler:
                 item = self.results.get(timeout=_POLL)
             except queue.Empty:
                 continue
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
+                self.runner.note_stop(exc)
                 self._abort()
                 continue
             if item is _DONE:
                 done += 1
             elif isinstance(item, _Crash):
                 if isinstance(item.error, KeyboardInterrupt) or self.stopping:
-                    yield self.runner.failure(item.model, "interrupted")
+                    yield self.runner.failure(item.model, self.runner.note_stop(item.error)
+                                              if isinstance(item.error, KeyboardInterrupt) else "interrupted")
                     self._abort()
                 elif crash is None:
                     crash = item
                     self._abort()
             else:
                 yield item
-        if self.stopping:
-            self.runner.stopped = self.runner.stopped or "interrupted"
         if crash is not None:
             raise crash.error
 

@@ -9,14 +9,16 @@ Images come from the :class:`~madengine.execution.executor.ImageSource` the exec
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from madengine.core.errors import ExecutionError, ServiceError
+from madengine.core.errors import EngineUnavailable, ExecutionError, ServiceError
 from madengine.core.redact import redact
 from madengine.core.spec import CONTAINER_WORKSPACE, RunSpec, Step
 from madengine.execution.build import last_line
@@ -25,6 +27,8 @@ from madengine.execution.executor import ImageInfo, ImageSource, Target
 from madengine.execution.streams import LineSink, StepResult
 
 RUN_LABEL = "madengine.run"
+#: how long a run that lost the engine waits for it to answer again, to remove its containers
+ENGINE_RETURN_WAIT = 20.0
 
 
 def _import_docker():
@@ -67,6 +71,7 @@ class DockerExecutor:
         self.images = images
         self._containers: dict[str, Any] = {}
         self._removals: list[threading.Thread] = []
+        self._unremoved: list[Any] = []
 
     # -- images ------------------------------------------------------------------------------
     def targets(self, model: Any) -> list[Target]:
@@ -124,23 +129,29 @@ class DockerExecutor:
         from docker.errors import APIError, ImageNotFound
 
         try:
-            container = self.client.containers.create(spec.image, name=container_name(spec), **self._create_args(spec))
-            self._containers[spec.key] = container
-            container.start()
+            with engine_calls():
+                container = self.client.containers.create(spec.image, name=container_name(spec),
+                                                          **self._create_args(spec))
+                self._containers[spec.key] = container
+                container.start()
         except ImageNotFound:
             raise ExecutionError(f"image {spec.image} is not present on this host") from None
         except APIError as exc:
             raise ExecutionError(f"container could not start: {last_line(redact(str(exc)))}") from None
 
     def run_step(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
+        from docker.errors import APIError
+
         container = self._containers[spec.key]
         api = self.client.api
         workdir = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
         started = time.monotonic()
         try:
-            exec_id = api.exec_create(container.id, step.argv, workdir=workdir, environment=step.env or None)["Id"]
-            stream = api.exec_start(exec_id, stream=True)
-        except Exception as exc:
+            with engine_calls():
+                exec_id = api.exec_create(container.id, step.argv, workdir=workdir,
+                                          environment=step.env or None)["Id"]
+                stream = api.exec_start(exec_id, stream=True)
+        except APIError as exc:
             return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(str(exc)))}")
         timed_out = threading.Event()
 
@@ -155,12 +166,14 @@ class DockerExecutor:
         try:
             for chunk in stream:
                 sink.feed(chunk)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self._kill(spec)
             sink.close()
-            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=True)
-        except Exception:  # the stream breaks when the container is killed
+            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+        except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
             if not timed_out.is_set():
+                if is_engine_gone(exc):
+                    raise EngineUnavailable(describe(exc)) from None
                 raise
         finally:
             if timer:
@@ -169,20 +182,44 @@ class DockerExecutor:
         duration = time.monotonic() - started
         if timed_out.is_set():
             return StepResult(None, duration, sink.text(), timed_out=True)
-        return StepResult(self._exit_code(exec_id), duration, sink.text())
+        with engine_calls():
+            info = self._finished(exec_id)
+            code = info.get("ExitCode") if info else None
+            cause = self._oom(container) if code == 137 else ""
+        _end_group(info)
+        return StepResult(code, duration, sink.text(), cause=cause)
 
-    def _exit_code(self, exec_id: str) -> int | None:
+    def _finished(self, exec_id: str) -> dict[str, Any]:
+        """``exec inspect`` once the step's main process has ended ({} if it never says so)."""
         for _ in range(100):
             info = self.client.api.exec_inspect(exec_id)
             if not info.get("Running"):
-                return info.get("ExitCode")
+                return info
             time.sleep(0.02)
-        return None
+        return {}
+
+    def _oom(self, container: Any) -> str:
+        """'out of memory: ...' when the kernel's OOM killer struck in this container, else ''."""
+        from docker.errors import APIError
+
+        try:
+            probe = self.client.api.exec_create(container.id, ["cat", *_OOM_COUNTERS])["Id"]
+            text = self.client.api.exec_start(probe).decode("utf-8", "replace")
+            limit = (self.client.api.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
+        except APIError:
+            return ""
+        kills = [int(line.split()[1]) for line in text.splitlines()
+                 if line.startswith("oom_kill ") and line.split()[1].isdigit()]
+        if not kills or max(kills) == 0:
+            return ""
+        where = f"at the container's memory limit of {_mib(limit)}" if limit else \
+            "with no container memory limit (the host ran out)"
+        return f"out of memory: the kernel's OOM killer stopped the model {where}"
 
     def _kill(self, spec: RunSpec) -> None:
         container = self._containers.get(spec.key)
         if container is not None:
-            _ignore_gone(container.kill)
+            _best_effort(container.kill)
 
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
         """Remove the container in the background (the engine takes a while to tear it down, and
@@ -190,18 +227,99 @@ class DockerExecutor:
         container = self._containers.pop(spec.key, None)
         if container is None or keep_alive:
             return
-        removal = threading.Thread(target=_ignore_gone, args=(lambda: container.remove(force=True),),
-                                   name=f"remove-{spec.key}")
+        removal = threading.Thread(target=self._remove, args=(container,), name=f"remove-{spec.key}")
         removal.start()
         self._removals.append(removal)
 
-    def close(self) -> None:
+    def _remove(self, container: Any) -> None:
+        try:
+            _ignore_gone(lambda: container.remove(force=True))
+        except Exception as exc:
+            if not is_engine_gone(exc):
+                raise
+            self._unremoved.append(container)
+
+    def close(self, engine_wait: float = ENGINE_RETURN_WAIT) -> list[str]:
+        """Wait for every removal; containers the engine could not remove because it was gone are
+        removed once it answers again (up to ``engine_wait`` seconds). Returns the names of any
+        container still left behind."""
         while self._removals:
             self._removals.pop().join()
+        deadline = time.monotonic() + engine_wait
+        while self._unremoved and time.monotonic() < deadline:
+            try:
+                self.client.ping()
+            except Exception:
+                time.sleep(0.5)
+                continue
+            for container in list(self._unremoved):
+                try:
+                    _ignore_gone(lambda: container.remove(force=True))
+                    self._unremoved.remove(container)
+                except Exception:
+                    time.sleep(0.5)
+        return [container.name for container in self._unremoved]
 
     def abort(self, run_id: str) -> None:
-        for container in self.client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
-            _ignore_gone(container.kill)
+        def kill_all() -> None:
+            for container in self.client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
+                _best_effort(container.kill)
+
+        _best_effort(kill_all)
+
+
+_OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
+
+
+def _end_group(info: dict[str, Any]) -> None:
+    """Kill what the step's main process left in its process group (the exec's process is a
+    session leader, so its host pid is the group's id): a step ends with its main process.
+    Only possible when the engine runs on this host; elsewhere the container's removal does it."""
+    pid = int(info.get("Pid") or 0)
+    if pid > 0:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _best_effort(action: Any) -> None:
+    """Kill a container: already stopped, gone, or an engine that no longer answers all mean there
+    is nothing more to do here (the removal at the end, or :meth:`DockerExecutor.close`, follows)."""
+    try:
+        _ignore_gone(action)
+    except Exception as exc:
+        if not is_engine_gone(exc):
+            raise
+
+
+def is_engine_gone(exc: BaseException) -> bool:
+    """A failure to reach the engine at all (not an answer from it)."""
+    from docker.errors import APIError, DockerException
+    from requests.exceptions import RequestException
+
+    if isinstance(exc, APIError):
+        return False
+    return isinstance(exc, (RequestException, ConnectionError, DockerException, OSError))
+
+
+def describe(exc: BaseException) -> str:
+    return last_line(redact(f"{type(exc).__name__}: {exc}"))
+
+
+@contextlib.contextmanager
+def engine_calls() -> Iterator[None]:
+    """Engine calls whose failure to connect means the engine went away during the run."""
+    try:
+        yield
+    except Exception as exc:
+        if is_engine_gone(exc):
+            raise EngineUnavailable(describe(exc)) from None
+        raise
 
 
 def _ignore_gone(action: Any) -> None:

@@ -72,6 +72,9 @@ class LocalExecutor:
             return StepResult(None, 0.0, error=f"cannot start {step.argv[0]}: {exc.strerror}")
         with self._lock:
             self._running[proc.pid] = (spec.run_id, proc)
+        # the step ends with its main process: whatever it left in its process group (which may
+        # hold the output pipe open) is killed then
+        threading.Thread(target=_end_group_after, args=(proc,), name=f"step-{proc.pid}", daemon=True).start()
         timed_out = threading.Event()
 
         def on_timeout() -> None:
@@ -87,23 +90,37 @@ class LocalExecutor:
             for chunk in iter(lambda: proc.stdout.read1(65536), b""):
                 sink.feed(chunk)
             proc.wait()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             kill_group(proc)
             sink.close()
-            return StepResult(proc.returncode, time.monotonic() - started, sink.text(), interrupted=True)
+            return StepResult(proc.returncode, time.monotonic() - started, sink.text(), interrupted=exc)
         finally:
             if timer:
                 timer.cancel()
             with self._lock:
                 self._running.pop(proc.pid, None)
         sink.close()
-        return StepResult(proc.returncode, time.monotonic() - started, sink.text(), timed_out=timed_out.is_set())
+        code = proc.returncode
+        return StepResult(code, time.monotonic() - started, sink.text(), timed_out=timed_out.is_set(),
+                          cause=f"killed by {signal_name(-code)}" if code is not None and code < 0 else "")
 
     def abort(self, run_id: str) -> None:
         with self._lock:
             procs = [proc for owner, proc in self._running.values() if owner == run_id]
         for proc in procs:
             _signal_group(proc, signal.SIGTERM)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _end_group_after(proc: subprocess.Popen) -> None:
+    proc.wait()
+    _signal_group(proc, signal.SIGKILL)
 
 
 def _signal_group(proc: subprocess.Popen, signum: int) -> bool:

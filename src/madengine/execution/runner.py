@@ -26,7 +26,7 @@ from madengine import __version__
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.context.detect import nvidia_short_arch
-from madengine.core.errors import MadEngineError
+from madengine.core.errors import EngineUnavailable, MadEngineError, interruption
 from madengine.core.events import Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name
@@ -44,6 +44,25 @@ ENV_DETAILS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sys_e
 #: shapes a run before it starts: data providers, credentials, the ONNX harness, tools
 Extension = Callable[[RunSpec], None]
 _FIELDS = frozenset(PerfRecord.__dataclass_fields__) - {"extra"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Why a run stopped before its end: a Ctrl-C or signal, or a Docker engine that went away."""
+
+    reason: str  # 'interrupted', 'interrupted by SIGTERM', 'docker engine unavailable: ...'
+    signal: int = 0  # the signal's number (the exit status is 128 + it); 0 for Ctrl-C or the engine
+    interrupted: bool = True
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "Stop":
+        if isinstance(exc, EngineUnavailable):
+            return cls(exc.message, interrupted=False)
+        return cls(interruption(exc), getattr(exc, "signum", 0))
+
+    def not_run(self) -> str:
+        """The reason of a selected model that never started."""
+        return f"not run: {self.reason}" if self.interrupted else f"{self.reason} (not run)"
 
 
 @dataclasses.dataclass
@@ -113,8 +132,17 @@ class ModelRunner:
         self.run_id = run_id
         self.run_dir = Path(options.runs_dir) / run_id
         self.extensions = list(extensions)
-        #: why the run stopped early ('' while it goes on); set on Ctrl-C or a signal
-        self.stopped = ""
+        #: why the run stopped early (None while it goes on): Ctrl-C, a signal, the engine gone
+        self.stopped: Stop | None = None
+        #: names of the models whose run began (the others get a "not run" row after a stop)
+        self.started: set[str] = set()
+
+    def note_stop(self, exc: BaseException) -> str:
+        """Record the first stop of the run; the reason for the row of the model in flight."""
+        stop = Stop.of(exc)
+        if self.stopped is None:
+            self.stopped = stop
+        return stop.reason
 
     def failure(self, model: Model, reason: str, **values: Any) -> PerfRecord:
         return self.records.failure(model, reason, **values)
@@ -131,6 +159,7 @@ class ModelRunner:
         return None
 
     def run_model(self, model: Model, slot: Slot | None = None) -> Iterator[PerfRecord]:
+        self.started.add(model.name)
         reason = self.skip_reason(model)
         if reason:
             yield self.records.for_model(model, Status.SKIPPED, reason=reason)
@@ -155,9 +184,8 @@ class ModelRunner:
             return
         try:
             facts.image = self.executor.obtain_image(target)
-        except KeyboardInterrupt:
-            self.stopped = "interrupted"
-            yield self.failure(model, "interrupted during the image build", **facts.values())
+        except (KeyboardInterrupt, EngineUnavailable) as exc:
+            yield self.failure(model, f"{self.note_stop(exc)} during the image build", **facts.values())
             return
         except MadEngineError as exc:
             facts.artifacts = [str(artifacts_dir / "build.log")]
@@ -195,10 +223,9 @@ class ModelRunner:
             self.executor.start(spec)
             started = True
             yield from self._execute(spec, facts)
-        except KeyboardInterrupt:
-            self.stopped = self.stopped or "interrupted"
+        except (KeyboardInterrupt, EngineUnavailable) as exc:
             facts.absorb(spec)
-            yield self.failure(model, "interrupted", **facts.values())
+            yield self.failure(model, self.note_stop(exc), **facts.values())
         except MadEngineError as exc:
             facts.absorb(spec)
             yield self.failure(model, str(exc), **facts.values())
@@ -254,9 +281,8 @@ class ModelRunner:
                 if step.is_model:
                     model_result = result
                     facts.test_duration = result.duration
-                if result.interrupted:
-                    self.stopped = self.stopped or "interrupted"
-                    return f"interrupted during {step.name}"
+                if result.interrupted is not None:
+                    return f"{self.note_stop(result.interrupted)} during {step.name}"
                 if result.timed_out:
                     return f"timeout: {step.name} ran longer than {spec.timeout} s; container/process killed"
                 if result.error:
@@ -270,7 +296,9 @@ class ModelRunner:
     def _evaluate(self, spec: RunSpec, result: StepResult, facts: RunFacts) -> Iterator[PerfRecord]:
         model = spec.model
         if result.exit_code != 0:
-            yield self.failure(model, f"model script exited with code {result.exit_code}", **facts.values())
+            cause = f"{result.cause} (exit code {result.exit_code})" if result.cause else \
+                f"model script exited with code {result.exit_code}"
+            yield self.failure(model, cause, **facts.values())
             return
         if model.multiple_results:
             yield from self._multiple(spec, facts)

@@ -10,7 +10,8 @@ from typing import Sequence
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.core.events import Reporter
-from madengine.core.spec import RunSpec
+from madengine.core.errors import InputError
+from madengine.core.spec import Mount, RunSpec
 from madengine.execution import Extension, RunOptions
 
 
@@ -30,11 +31,30 @@ def check_inputs(models: Sequence[Model], options: RunOptions, context: Context,
         validate_tools(context, options.tools_json_file_name, root)
 
 
+def context_mounts(context: Context, executor: str) -> list[Mount]:
+    """The context's ``docker_mounts`` for a docker run; refused for a local one (exit 2): host
+    processes see host paths as they are, and cannot be given other paths without root."""
+    from madengine.context.mounts import check_host_paths, docker_mounts
+
+    mounts = docker_mounts(context.docker_mounts)
+    if not mounts:
+        return []
+    if executor != "docker":
+        raise InputError("docker_mounts applies to the docker executor; the local executor runs models on this "
+                         "host, where they read the host paths directly", path="context", field="docker_mounts",
+                         hint="use --executor docker, or drop docker_mounts and point the model at the host paths")
+    check_host_paths(mounts)
+    return [Mount(m.host, m.container, m.read_only) for m in mounts]
+
+
 def run_extensions(models: Sequence[Model], options: RunOptions, context: Context, root: Path, executor: str,
                    reporter: Reporter) -> list[Extension]:
     """The extensions these models need, in the order they apply: data, credentials, ONNX, tools
     (tools wrap whatever model step the others produced)."""
     extensions: list[Extension] = []
+    mounts = context_mounts(context, executor)
+    if mounts:
+        extensions.append(lambda spec: spec.mounts.extend(mounts))
     if any(m.data_names for m in models):
         from madengine.data import provide_data
 

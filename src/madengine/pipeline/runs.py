@@ -14,12 +14,13 @@ from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
-from madengine.execution import ModelRunner
+from madengine.execution import Executor, ModelRunner
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
 from madengine.pipeline.selection import Selection, select
 from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary, append_records
+from madengine.results.perfcsv import check_writable, keep_unrecorded
 
 
 def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> RunSummary:
@@ -34,6 +35,7 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     selection = select(options.tags, request.transport.manifest_file)
     context = build_context(context_file=options.context_file, context_string=options.context_string)
     check_inputs(selection.models, options, context, selection.catalog.root)
+    check_writable(Path(options.output), Path(options.runs_dir))
     run_id = new_run_id()
     run_dir = Path(options.runs_dir) / run_id
     if request.parallel.workers > 1:
@@ -53,12 +55,34 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     reporter.message(f"madengine: run {run_id}: {len(selection.models)} model(s), {executor.name} executor, "
                      f"{context.gpu_vendor} host ({context.gpu_architecture}); results → {options.output}")
     try:
-        for record in _schedule(runner, selection, request.parallel.workers):
-            _record(summary, record, reporter)
+        try:
+            for record in _schedule(runner, selection, request.parallel.workers):
+                _record(summary, record, reporter)
+        except KeyboardInterrupt as exc:  # between models: the one in flight already has its row
+            runner.note_stop(exc)
+        _record_not_run(summary, runner, selection, reporter)
     finally:
-        executor.close()
-    summary.interrupted = runner.stopped
+        _close(executor, summary, reporter)
+    if runner.stopped is not None and runner.stopped.interrupted:
+        summary.interrupted, summary.signal = runner.stopped.reason, runner.stopped.signal
     return summary
+
+
+def _record_not_run(summary: RunSummary, runner: ModelRunner, selection: Selection, reporter: Reporter) -> None:
+    """After a stop, every selected model that never started gets its row: nothing is a silent gap."""
+    if runner.stopped is None:
+        return
+    for model in selection.models:
+        if model.name not in runner.started:
+            _record(summary, runner.records.failure(model, runner.stopped.not_run()), reporter)
+
+
+def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
+    left = executor.close()
+    if left:
+        summary.details["containers_left"] = left
+        reporter.message("madengine: warning: the Docker engine did not come back in time to remove "
+                         f"{', '.join(left)}; remove with: docker rm -f {' '.join(left)}")
 
 
 def _provenance_context(context: Context) -> dict:
@@ -84,8 +108,20 @@ def _sequential(runner: ModelRunner, selection: Selection) -> Iterator[PerfRecor
 
 
 def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter) -> None:
-    append_records(summary.perf_csv, [record])
+    """Append the row to perf.csv now; if it cannot be written (a full disk), keep it as JSON in
+    the run folder and say how to add it later, and the run fails."""
     summary.records.append(record)
+    try:
+        append_records(summary.perf_csv, [record])
+    except OSError as exc:
+        kept = keep_unrecorded(summary.run_dir, record)
+        summary.unrecorded.append(str(kept) if kept else record.model)
+        reporter.message(f"madengine: error: the row of {record.model} could not be written to {summary.perf_csv} "
+                         f"({exc.strerror or exc}); "
+                         + (f"kept in {kept}: add it later with 'madengine report update-perf --single-result "
+                            f"{kept} --perf-csv {summary.perf_csv}'" if kept else "it could not be kept anywhere")
+                         )
+        return
     reporter.message(f"madengine: {record.model}: {record.status}"
                      + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
 

@@ -23,6 +23,8 @@ class RunSummary:
     signal: int = 0
     #: extra sections of ``to_json`` (e.g. ``slurm``: job ids)
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: rows that could not be written to perf.csv (a full disk): where each was kept instead
+    unrecorded: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def failed(self) -> list[PerfRecord]:
@@ -35,6 +37,7 @@ class RunSummary:
         return {
             "run_id": self.run_id, "executor": self.executor, "perf_csv": str(self.perf_csv),
             "run_dir": str(self.run_dir), "interrupted": bool(self.interrupted), "counts": self.counts(),
+            "unrecorded": self.unrecorded,
             "results": [{"model": r.model, "status": r.status, "performance": r.performance, "metric": r.metric,
                          "reason": r.reason, "docker_image": r.docker_image, "test_duration": r.test_duration}
                         for r in self.records],

@@ -176,10 +176,12 @@ def print_summary(env: Environment, records) -> None:
           file=env.stderr, flush=True)
 
 
-def exit_status(summary) -> ExitStatus:
+def exit_status(summary) -> int:
+    """130 after Ctrl-C (128 + N after signal N), 1 when any model failed or any row could not be
+    written to perf.csv, else 0."""
     if summary.interrupted:
-        return ExitStatus.INTERRUPTED
-    return ExitStatus.FAILED if summary.failed else ExitStatus.OK
+        return 128 + summary.signal if summary.signal else ExitStatus.INTERRUPTED
+    return ExitStatus.FAILED if summary.failed or summary.unrecorded else ExitStatus.OK
 
 
 def write_html(env: Environment, perf_csv: Path) -> None:
