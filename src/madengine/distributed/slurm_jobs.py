@@ -343,6 +343,10 @@ class JobCollector:
         records = [self.from_row(task, row) for row in _task_rows(task)]
         reason = state_reason(state, task)
         node = state.node if state else ""
+        if reason is not None:  # Slurm stopped the task (time limit, scancel): its rows say so first
+            for record in records:
+                if record.status == Status.FAILURE and "interrupted by SIG" in record.reason:
+                    record.reason = f"{reason} ({record.reason})"
         if reason is None and not records:
             reason = "the task ended without writing a result row"
         if reason is not None and not any(r.status == Status.FAILURE for r in records):
