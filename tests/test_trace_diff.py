@@ -78,7 +78,7 @@ def test_json_has_every_phase_per_model_and_repeat(cli, two_runs):
     phases = {p["phase"]: p for p in models["numpy_matmul"]["phases"]}
     assert list(phases) == [names.SPAN_IMAGE_BUILD, "model_step #1", "model_step #2", "model_step #3",
                             names.SPAN_PARSING, diff.TOTAL]
-    assert phases["model_step #2"]["a_s"] == pytest.approx(0.021) and phases["model_step #2"]["b_s"] == pytest.approx(0.03)
+    assert (phases["model_step #2"]["a_s"], phases["model_step #2"]["b_s"]) == pytest.approx((0.021, 0.03))
     assert phases["model_step #3"]["a_s"] is None and phases["model_step #3"]["delta_s"] is None
     assert models["numpy_matmul"]["grew_most"]["phase"] == names.SPAN_IMAGE_BUILD
     assert models["numpy_matmul [size=64]"]["phases"][0]["b_s"] is None

@@ -429,6 +429,12 @@ def test_converters_tolerate_missing_and_partial_files(tmp_path):
     partial.write_text("timestamp,elapsed_s,processes,cpu_percent,rss_mb\n1790000000.5,0.5,1,50,12\n1790000001,1")
     tracks = convert.cpu_monitor_tracks(partial)
     assert [t.values for t in tracks] == [[50.0], [12.0], [1.0]]
+    (tmp_path / "ort_profile.json").write_text('[{"cat": "Session", "name": "model_run", "ts": 1')  # cut short
+    tracer = tracing.Tracer()
+    with tracer.span(names.SPAN_INFERENCE) as inference:
+        pass
+    assert convert.ort_profile_spans(tmp_path / "ort_profile.json", inference) == []
+    assert convert.ort_profile_spans(tmp_path / "missing.json", inference) == []
 
 
 @PROPERTY

@@ -33,7 +33,7 @@ __all__ = ["CURRENT", "NULL_SPAN", "NULL_TRACER", "TRACE_FILE", "CounterTrack", 
 
 
 def merge_trace_files(target: Path, children: Iterable[Path]):
-    """Merge child processes' trace.json files into ``target`` (see :func:`madengine.tracing.chrome.merge_trace_files`)."""
+    """Merge child processes' trace.json files into ``target`` (:func:`madengine.tracing.chrome.merge_trace_files`)."""
     from madengine.tracing.chrome import merge_trace_files as merge
 
     return merge(target, children)

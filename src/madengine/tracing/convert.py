@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core import jsonio
+from madengine.core.errors import InputError
 from madengine.tracing.names import ATTR_ORT_NODE, ATTR_ORT_OP_TYPE, ATTR_ORT_PROVIDER, ATTR_ORT_RUN_INDEX, \
     SPAN_ORT_MODEL_RUN
 from madengine.tracing.propagation import new_span_id
@@ -34,8 +35,16 @@ DEFAULT_MAX_RUNS = 10
 # --- ONNX Runtime profile ----------------------------------------------------------------------
 
 def load_ort_events(source: Path | Sequence[Any]) -> list[dict[str, Any]]:
-    """The event list of an ORT profile file (a list, or ``{"traceEvents": [...]}``), or the list given."""
-    events: Any = jsonio.read_json_file(source, shown=str(source)) if isinstance(source, (str, Path)) else source
+    """The event list of an ORT profile file (a list, or ``{"traceEvents": [...]}``), or the list given.
+
+    A profile that cannot be read gives no events: the operator spans are an extra, never a failure.
+    """
+    events: Any = source
+    if isinstance(source, (str, Path)):
+        try:
+            events = jsonio.read_json_file(source, shown=str(source))
+        except InputError:
+            return []
     if isinstance(events, dict):
         events = events.get("traceEvents", [])
     return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
@@ -64,9 +73,10 @@ def ort_profile_spans(source: Path | Sequence[Any], parent: Span, *, start_ns: i
     """Spans of the ORT profile as children of ``parent`` (the inference span).
 
     ``start_ns``: the trace time of the profile's zero — ``ort_start_ns(tracer,
-    session.get_profiling_start_time_ns())`` when the session is in this process. Without it
-    (a profile made in a container) the profile's first event is placed at the parent's start. ``skip_runs`` leaves out the
-    warm-up runs (as the operator table does); ``max_runs`` bounds the number of runs kept.
+    session.get_profiling_start_time_ns())`` when the session is in this process. Without it (a
+    profile made in a container) the profile's first event is placed at the parent's start.
+    ``skip_runs`` leaves out the warm-up runs (as the operator table does); ``max_runs`` bounds
+    the number of runs kept.
     """
     if not getattr(parent, "recording", False):
         return []  # tracing is off
@@ -156,7 +166,8 @@ def _series(rows: Iterable[Mapping[str, Any]], column: str) -> tuple[list[int], 
     return times, values
 
 
-def cpu_monitor_tracks(source: Path | Iterable[Mapping[str, Any]], *, prefix: str = "cpu_monitor") -> list[CounterTrack]:
+def cpu_monitor_tracks(source: Path | Iterable[Mapping[str, Any]], *,
+                       prefix: str = "cpu_monitor") -> list[CounterTrack]:
     """A counter track per column of the CPU monitor's samples that has any value."""
     rows = read_csv_rows(source)
     tracks = []

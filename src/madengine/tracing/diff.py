@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core.errors import InputError
 from madengine.tracing import chrome
-from madengine.tracing.names import ATTR_MODEL, ATTR_REPEAT, ATTR_TAG_CONFIGS, PHASES, SPAN_MODEL, \
+from madengine.tracing.names import ATTR_MODEL, ATTR_TAG_CONFIGS, PHASES, SPAN_MODEL, \
     SPAN_MODEL_STEP, SPAN_RUN
 
 RUN_GROUP = "(run)"

@@ -232,9 +232,12 @@ def _sdk_reason(messages: Sequence[str]) -> str:
 
 
 def sdk_available() -> bool:
+    """Whether the SDK and the exporter import (importing everything the export will need)."""
     try:
         import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
+        import opentelemetry.sdk.resources  # noqa: F401
         import opentelemetry.sdk.trace  # noqa: F401
+        import requests  # noqa: F401
     except ImportError:
         return False
     return True

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
+from madengine.core.ids import machine_name
 from madengine.tracing.names import ENV_TRACEPARENT, ENV_TRACESTATE
 from madengine.tracing.propagation import TraceParent, format_traceparent, new_span_id, new_trace_id, \
     parse_traceparent
@@ -89,7 +90,8 @@ class Span:
         for key, value in attributes.items():
             self.set_attribute(key, value)
 
-    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp_ns: int | None = None) -> None:
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None,
+                  timestamp_ns: int | None = None) -> None:
         when = timestamp_ns if timestamp_ns is not None else (self._tracer.now_ns() if self._tracer else time.time_ns())
         self.events.append((name, when, {k: v for k, v in (attributes or {}).items() if v is not None}))
 
@@ -182,7 +184,8 @@ class Tracer:
         self.remote_parent_id = parent.span_id if parent else ""
         self.sampled = parent.sampled if parent else True
         self.tracestate = tracestate
-        self.resource: dict[str, Any] = {"service.name": SERVICE_NAME, "process.pid": os.getpid(),
+        self.resource: dict[str, Any] = {"service.name": SERVICE_NAME, "host.name": machine_name(),
+                                         "process.pid": os.getpid(),
                                          **{k: v for k, v in (resource or {}).items() if v is not None}}
         self._origin_ns = time.time_ns()
         self._origin_mono = time.monotonic_ns()
@@ -211,6 +214,8 @@ class Tracer:
         parent = parse_traceparent(text)
         if text and parent is None and warn:
             warn(f"madengine: ignoring malformed {ENV_TRACEPARENT}={text[:80]!r}; this run starts a new trace")
+        if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+            _preload_exporter()
         return cls(parent=parent, tracestate=environ.get(ENV_TRACESTATE, "") if parent else "", resource=resource)
 
     # --- clock ----------------------------------------------------------------------------------
@@ -377,6 +382,31 @@ class Tracer:
                                  list(self._counters), list(self._child_traces))
 
 
+_preloading = threading.Lock()
+_preloaded = False
+
+
+def _preload_exporter() -> None:
+    """Import the OpenTelemetry SDK in a background thread while the run works.
+
+    Importing it takes a few hundred milliseconds, which the flush at the end would otherwise
+    add to the run's wall time; a run mostly waits on its containers and processes, so the
+    import overlaps with that wait. The flush's own import then finds the modules loaded.
+    """
+    global _preloaded
+    with _preloading:
+        if _preloaded:
+            return
+        _preloaded = True
+
+    def load() -> None:
+        from madengine.tracing import otlp
+
+        otlp.sdk_available()
+
+    threading.Thread(target=load, name="madengine-otlp-preload", daemon=True).start()
+
+
 class _NullSpan:
     """The span of a disabled tracer: every method does nothing."""
 
@@ -401,7 +431,8 @@ class _NullSpan:
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
         pass
 
-    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp_ns: int | None = None) -> None:
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None,
+                  timestamp_ns: int | None = None) -> None:
         pass
 
     def set_error(self, message: str = "") -> None:
