@@ -175,6 +175,35 @@ def test_parallel_slots_in_threads_keep_one_trace(tmp_path):
     assert {f"slot-{i}" for i in range(4)} <= thread_names
 
 
+def test_flushing_while_threads_record_gives_a_valid_file_each_time(tmp_path):
+    tracer = tracing.Tracer()
+    stop = threading.Event()
+
+    def busy(index: int) -> None:
+        for count in range(400):  # bounded: the file is validated after every flush
+            if stop.is_set():
+                return
+            with tracer.span(names.SPAN_MODEL_STEP) as span:
+                for key in range(20):
+                    span.set_attribute(f"k{key}", count)
+                span.add_event("tick")
+            time.sleep(0.0005)
+
+    with tracer.span(names.SPAN_RUN):
+        threads = [threading.Thread(target=tracer.bind(busy), args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(10):
+                doc = written(tracer, tmp_path / "trace.json")  # open spans included, still well formed
+                assert by_name(doc, names.SPAN_RUN)[0]["args"][chrome.ARG_UNFINISHED] is True
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+    assert len(by_name(written(tracer, tmp_path / "trace.json"), names.SPAN_MODEL_STEP)) > 10
+
+
 def test_span_ended_by_another_thread_and_overlaps_stay_well_formed(tmp_path):
     tracer = tracing.Tracer()
     with tracer.span(names.SPAN_RUN):

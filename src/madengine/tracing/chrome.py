@@ -114,7 +114,7 @@ def document(snapshot: TraceSnapshot, *, now_ns: int, file_id: str | None = None
             for item in lane:
                 span_tid[item.span.span_id] = tid
                 events.append(_complete_event(item, pid, tid, unfinished=item.span.span_id in unfinished_ids))
-                for event_name, when, attributes in item.span.events:
+                for event_name, when, attributes in list(item.span.events):
                     events.append({"ph": "i", "s": "t", "name": event_name, "cat": item.span.category,
                                    "ts": min(max(_us(when, origin), item.ts), item.end), "pid": pid, "tid": tid,
                                    "args": _args(attributes)})
@@ -135,7 +135,7 @@ def document(snapshot: TraceSnapshot, *, now_ns: int, file_id: str | None = None
 
 def _complete_event(item: _Slice, pid: int, tid: int, *, unfinished: bool) -> dict[str, Any]:
     span = item.span
-    args = _args(span.attributes)
+    args = _args(dict(span.attributes))  # a copy: another thread may still set attributes of an open span
     args[ARG_SPAN_ID] = span.span_id
     args[ARG_PARENT_ID] = span.parent_id
     if span.status != STATUS_UNSET:
