@@ -17,6 +17,7 @@ import pytest
 
 from madengine.cli import main
 from madengine.cli.env import Environment
+from otlp_receiver import otlp_receiver  # noqa: F401 (a fixture: the real OTLP/HTTP receiver of the tests)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
