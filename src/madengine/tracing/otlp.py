@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from madengine.core.redact import redact, register_secret
 from madengine.tracing.chrome import json_value
+from madengine.tracing.sdk import sdk_available
 from madengine.tracing.tracer import STATUS_ERROR, STATUS_OK, CounterTrack, Span, TraceSnapshot
 
 INSTALL_HINT = "pip install madengine[trace]"
@@ -229,18 +230,6 @@ def _check_reachable(url: str, timeout: float) -> str | None:
 def _sdk_reason(messages: Sequence[str]) -> str:
     """The SDK's last word on a failed export (its log records)."""
     return messages[-1] if messages else "the collector did not accept it"
-
-
-def sdk_available() -> bool:
-    """Whether the SDK and the exporter import (importing everything the export will need)."""
-    try:
-        import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
-        import opentelemetry.sdk.resources  # noqa: F401
-        import opentelemetry.sdk.trace  # noqa: F401
-        import requests  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def export(spans: Sequence[Span], snapshot: TraceSnapshot, settings: OtlpSettings, *,

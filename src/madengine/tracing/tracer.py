@@ -400,9 +400,9 @@ def _preload_exporter() -> None:
         _preloaded = True
 
     def load() -> None:
-        from madengine.tracing import otlp
+        from madengine.tracing.sdk import sdk_available
 
-        otlp.sdk_available()
+        sdk_available()
 
     threading.Thread(target=load, name="madengine-otlp-preload", daemon=True).start()
 
