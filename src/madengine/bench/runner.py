@@ -303,13 +303,15 @@ def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: 
     return PerfRecord(
         model=entry.name, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1",
         args=_args_text(entry, plan, request), tags=entry.set, machine_name=machine_name(),
-        gpu_architecture=_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
+        gpu_architecture=gpu_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
         build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
         started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
         command_line=request.command_line)
 
 
-def _architecture(vendor: str) -> str:
+def gpu_architecture(vendor: str) -> str:
+    """perf.csv ``gpu_architecture`` of a result on ``vendor``: the machine type for CPU, else the
+    detected GPU architecture."""
     if vendor == "CPU":
         return platform.machine()
     from madengine.context.detect import detect_gpus
