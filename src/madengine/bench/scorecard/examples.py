@@ -50,7 +50,7 @@ def export(module: Any, args: tuple, path: Path, input_names: list[str], output_
 
     torch = _torch()
     module.eval()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), torch.no_grad():
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, str(path), input_names=input_names, output_names=output_names,
                           dynamic_axes=dynamic_axes, opset_version=OPSET, dynamo=False)
@@ -101,14 +101,16 @@ def build_mobilenet_v2(path: Path, image_size: int = IMAGE_SIZE, tf_padding: boo
     return export(model, (torch.rand(1, 3, image_size, image_size),), path, ["pixel_values"], ["logits"])
 
 
-def build_bert(path: Path, *, layers: int = 2, hidden: int = 128, heads: int = 2, sequence: int = SEQUENCE) -> Path:
-    """A BERT encoder ``(input_ids, attention_mask) → last_hidden_state``, axes ``batch``/``sequence``."""
+def build_bert(path: Path, *, layers: int = 2, hidden: int = 128, heads: int = 2, sequence: int = SEQUENCE,
+               dynamic: bool = True) -> Path:
+    """A BERT encoder ``(input_ids, attention_mask) → last_hidden_state``, with named dynamic axes
+    ``batch``/``sequence`` (``dynamic=False``: fixed at 1 × ``sequence``)."""
     torch = _torch()
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     config = BertConfig(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                        intermediate_size=4 * hidden, vocab_size=1000, max_position_embeddings=512)
+                        intermediate_size=4 * hidden, vocab_size=1000, max_position_embeddings=128)
     bert = BertModel(config)
 
     class Encoder(torch.nn.Module):
@@ -121,8 +123,9 @@ def build_bert(path: Path, *, layers: int = 2, hidden: int = 128, heads: int = 2
 
     ids = torch.ones(1, sequence, dtype=torch.long)
     axes = {0: "batch", 1: "sequence"}
+    dynamic_axes = {"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes} if dynamic else None
     return export(Encoder(), (ids, torch.ones_like(ids)), path, ["input_ids", "attention_mask"], ["last_hidden_state"],
-                  {"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes})
+                  dynamic_axes)
 
 
 def sha256_of(path: Path) -> str:
