@@ -236,7 +236,7 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                reporter: Reporter) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
-    artifacts = _unused_folder(summary.run_dir / _folder_name(entry.name, short))
+    artifacts = unused_folder(summary.run_dir / _folder_name(entry.name, short))
     started_at = utc_now()
     started = time.monotonic()
     options = engine.BenchOptions(
@@ -339,7 +339,7 @@ def _args_text(entry: ModelEntry, plan: _Plan, request: BenchRequest) -> str:
     return " ".join(parts)
 
 
-def _unused_folder(path: Path) -> Path:
+def unused_folder(path: Path) -> Path:
     """``path``, or ``path_2``, ``path_3``... when a model is benchmarked twice in one run."""
     candidate, number = path, 1
     while candidate.exists():

@@ -46,7 +46,9 @@ class ContainerCells:
         from madengine.bench.backends.cell import ERROR, load_named, save_named
         from madengine.execution.streams import LineSink
 
-        workdir = _unused_folder(self.run_dir / "cells" / key)
+        from madengine.bench.runner import unused_folder
+
+        workdir = unused_folder(self.run_dir / "cells" / key)
         save_named(workdir / "inputs.npz", feeds)
         spec = self._spec(key, backend, Path(model).resolve(), workdir)
         step = self._step(backend, Path(model).name, timed, batch_size)
@@ -118,15 +120,6 @@ def _copy_cell_code(target: Path) -> None:
         shutil.copy2(path, backends / path.name)
     for package in (target / "madengine", bench):
         (package / "__init__.py").write_text('"""madengine scorecard cell code (portable copy)."""\n', encoding="utf-8")
-
-
-def _unused_folder(path: Path) -> Path:
-    candidate, number = path, 1
-    while candidate.exists():
-        number += 1
-        candidate = path.with_name(f"{path.name}_{number}")
-    candidate.mkdir(parents=True)
-    return candidate
 
 
 def _error(backend: str, reason: str, outcome: str = "error") -> dict[str, Any]:

@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from madengine.cli.commands.bench import _count, _seconds
+from madengine.cli.commands.bench import add_timing_arguments
 from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus
 
@@ -60,14 +60,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="backends to run (default: each model's own list, else every CPU backend and the GPU "
                              "backends of this host's GPUs): onnxruntime-cpu-opt-disabled, onnxruntime-cpu-opt-all, "
                              "openvino-cpu, tvm-relax-llvm, onnxruntime-cuda, onnxruntime-tensorrt, openvino-gpu")
-    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
-    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
-                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
-    parser.add_argument("--threads", type=_count(1), metavar="N",
-                        help="intra-op threads of every backend (default: each backend's own)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    add_timing_arguments(parser, threads_help="intra-op threads of every backend (default: each backend's own)")
     parser.add_argument("--atol", type=_tolerance, metavar="X",
                         help="absolute tolerance for models that set none (default 1e-4)")
     parser.add_argument("--rtol", type=_tolerance, metavar="X",
