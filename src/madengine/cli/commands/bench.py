@@ -62,6 +62,17 @@ def _providers(text: str) -> list[str]:
     return names
 
 
+def add_timing_arguments(parser: argparse.ArgumentParser, *, threads_help: str) -> None:
+    """--warmup, --iterations | --min-time, --threads, --seed: the harness's timing (bench and scorecard)."""
+    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
+    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
+                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
+    parser.add_argument("--threads", type=_count(1), metavar="N", help=threads_help)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmark ONNX models on ONNX Runtime, record them in perf.csv",
                                    description=DESCRIPTION, epilog=EXAMPLES,
@@ -80,14 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="whole shape of one input (command-line models)")
     parser.add_argument("--axes", type=_assignment, action="append", default=[], metavar="NAME=N",
                         help="size of one named dynamic axis (command-line models)")
-    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
-    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
-                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
-    parser.add_argument("--threads", type=_count(1), metavar="N",
-                        help="intra-op threads (default: onnxruntime's, one per physical core)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    add_timing_arguments(parser, threads_help="intra-op threads (default: onnxruntime's, one per physical core)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
