@@ -19,7 +19,7 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
     from madengine import __version__
     from madengine.bench.backends import get_backend
     from madengine.bench.runner import gpu_architecture
-    from madengine.bench.scorecard.runner import PASS, RECORD_STATUS
+    from madengine.bench.scorecard.cells import PASS, RECORD_STATUS
     from madengine.core.clock import utc_now
     from madengine.core.ids import machine_name
 

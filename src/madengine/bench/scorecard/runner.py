@@ -25,21 +25,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from madengine.bench.backends import BACKEND_IDS, CPU_BACKENDS, GPU_BACKENDS, REFERENCES
+from madengine.bench.backends import BACKEND_IDS, CPU_BACKENDS, GPU_BACKENDS
 from madengine.bench.backends.cell import ERROR as CELL_ERROR
 from madengine.bench.backends.cell import RAN, run_cell
 from madengine.bench.correctness import Tolerance, Verdict, compare_outputs
 from madengine.bench.harness import HarnessInputError
 from madengine.bench.harness.engine import DEFAULT_WARMUP, sha256_file
 from madengine.bench.harness.inputs import generate, resolve_shapes, shapes_text
+from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, RECORD_STATUS, STATUSES, UNSUPPORTED
 from madengine.bench.suite import ModelEntry, load_suite
 from madengine.core.errors import ExecutionError, InputError
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
 
-PASS, MISMATCH, UNSUPPORTED, ERROR = "PASS", "MISMATCH", "UNSUPPORTED", "ERROR"
-STATUSES = (PASS, MISMATCH, UNSUPPORTED, ERROR)
-RECORD_STATUS = {PASS: Status.SUCCESS, MISMATCH: Status.FAILURE, UNSUPPORTED: Status.SKIPPED, ERROR: Status.FAILURE}
 DEFAULT_REFERENCE = "onnxruntime-cpu-opt-disabled"
 #: the latency ratio's denominator
 BASELINE = "onnxruntime-cpu-opt-disabled"
