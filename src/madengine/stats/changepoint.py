@@ -10,8 +10,13 @@ hunter's replacement of the permutation test by a Student's t-test, Fleming et a
 2. **Test**: Student's two-sample t-test (pooled variance, as hunter) of L against R; the p-value is multiplied by the number of candidate
    positions (Bonferroni: the split was chosen as the most different one) and the change is kept when
    that is below ``ALPHA``. Deterministic: no permutations, no random numbers.
-3. **Recurse** on both sides (binary segmentation), then **prune**: each change is re-tested against
-   its neighbouring segments (previous change .. next change) until every remaining one passes.
+3. **Recurse** on both sides (binary segmentation), over the whole series and over half-overlapping
+   windows of ``WINDOW`` (50) values (half the series when shorter), as Otava's ``window_len`` (a short excursion, up for 10 runs and
+   back, hides from the whole-series search, whose best single split straddles it).
+4. **Prune**: every candidate is re-tested against its neighbouring segments (previous candidate ..
+   next one, Bonferroni over the positions of that span, so a window's candidate is held to the bar
+   of the span it splits) and the weakest failing one is dropped until all pass. Two candidates closer
+   than ``MIN_SEGMENT`` look past each other, so the weaker of them is the one that goes.
 
 Each :class:`ChangePoint` gives the index of the first value after the change, its relative size
 (mean after / mean before - 1), its confidence (1 - adjusted p) and the :class:`Summary` of the
@@ -34,6 +39,7 @@ from .summary import Summary, summarize
 
 ALPHA = 0.01  #: Bonferroni-adjusted p-value a change must stay under
 MIN_SEGMENT = 3  #: values a change needs on each side (a change is confirmed 3 runs after it)
+WINDOW = 50  #: values per window of the candidate search (Otava's default window_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,22 +162,45 @@ def _split_points(values: Sequence[float], start: int, end: int, alpha: float, m
             *_split_points(values, split, end, alpha, min_size)]
 
 
+def _candidates(xs: Sequence[float], alpha: float, min_size: int) -> set[int]:
+    """Splits binary segmentation finds in the whole series and in windows of ``WINDOW`` values (half
+    the series when shorter; half-overlapping, as Otava's ``window_len``): a short excursion (up for 10 runs, then back) can
+    hide from the whole-series search, whose best single split straddles it."""
+    found = set(_split_points(xs, 0, len(xs), alpha, min_size))
+    window = min(WINDOW, len(xs) // 2)
+    if window >= 2 * min_size:
+        for start in range(0, len(xs) - 2 * min_size + 1, window // 2):
+            found.update(_split_points(xs, start, min(start + window, len(xs)), alpha, min_size))
+    return found
+
+
+def _p_between(xs: Sequence[float], splits: Sequence[int], split: int, min_size: int) -> float:
+    """Adjusted p of ``split`` against its neighbouring segments among ``splits``; neighbours closer
+    than ``min_size`` are looked past (of two candidates for one change, the weaker one then fails)."""
+    start = max((s for s in splits if s <= split - min_size), default=0)
+    end = min((s for s in splits if s >= split + min_size), default=len(xs))
+    if split - start < min_size or end - split < min_size:
+        return 1.0
+    return _adjusted_p(xs, start, split, end, min_size)
+
+
 def change_indexes(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN_SEGMENT) -> list[int]:
     """Positions of the first value after each change, ascending (see the module docstring)."""
     xs = [float(v) for v in values]
     if not all(math.isfinite(v) for v in xs):
         raise ValueError("change-point detection needs finite numbers")
-    splits = _split_points(xs, 0, len(xs), alpha, min_size)
-    while True:  # prune changes that no longer pass against their neighbouring segments
-        bounds = [0, *splits, len(xs)]
-        weakest = None
-        for k, split in enumerate(splits, start=1):
-            p = _adjusted_p(xs, bounds[k - 1], split, bounds[k + 1], min_size)
-            if p >= alpha and (weakest is None or p > weakest[1]):
-                weakest = (split, p)
-        if weakest is None:
-            return splits
-        splits.remove(weakest[0])
+    accepted = sorted(_candidates(xs, alpha, min_size))
+    while True:
+        scores = {split: _p_between(xs, accepted, split, min_size) for split in accepted}
+        crowded = [pair for pair in zip(accepted, accepted[1:]) if pair[1] - pair[0] < min_size]
+        if crowded:  # two candidates for one change: the less significant goes
+            a, b = crowded[0]
+            accepted.remove(a if (scores[a], a) > (scores[b], b) else b)
+            continue
+        weakest = max(((p, split) for split, p in scores.items()), default=None)
+        if weakest is None or weakest[0] < alpha:
+            return accepted
+        accepted.remove(weakest[1])  # the weakest change fails: drop it and re-test the others
 
 
 def detect(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN_SEGMENT) -> list[ChangePoint]:
