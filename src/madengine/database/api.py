@@ -120,6 +120,17 @@ def fetch_run(db_url: str | None, run_id: str, environ: Mapping[str, str] | None
         return store.fetch_run(run_id)
 
 
+def fetch_history(db_url: str | None = None, environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE,
+                  models: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Every SUCCESS row (identity columns, performance, perf_samples, run_id, started_at, created_date,
+    id), oldest first, of every model or of ``models``: the history ``report regressions`` reads."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        return store.fetch_history(models)
+
+
 def list_runs(db_url: str | None = None, environ: Mapping[str, str] | None = None,
               table: str = DEFAULT_TABLE) -> list[RunInfo]:
     """Every run id of the results table, oldest first (rows without a run id are not listed)."""
