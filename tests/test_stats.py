@@ -293,13 +293,13 @@ def test_row_samples_prefer_perf_samples_and_fall_back_to_performance():
     assert row_samples({"performance": "n/a"}) == []
 
 
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None)
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
 @given(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=30))
 def test_samples_cell_round_trips(values):
     assert parse_samples(samples_text(values)) == values
 
 
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None)
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
 @given(st.text(max_size=60) | st.builds(json.dumps, st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=3))))
