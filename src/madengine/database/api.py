@@ -80,8 +80,9 @@ def update_table(csv_file_path: Path, db_url: str | None = None, environ: Mappin
     """Import the rows of a perf.csv that the database does not have yet.
 
     Each new SUCCESS row gets ``relative_change`` against the mean of the ``window`` latest
-    SUCCESS rows of the same model, GPU architecture and base image (rows of this import count
-    once inserted, in file order).
+    SUCCESS rows of the same result identity after its last change point (``rows.Baselines``;
+    rows of this import count once inserted, in file order). A table of an earlier release is
+    migrated in place first (new columns, ``identity_key`` filled in).
     """
     environ = _environ(environ)
     csv_file_path = Path(csv_file_path)
