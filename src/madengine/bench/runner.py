@@ -306,7 +306,8 @@ def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: 
         gpu_architecture=gpu_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
         build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
         started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
-        command_line=request.command_line)
+        command_line=request.command_line,
+        backend=f"onnxruntime-{engine.short_provider(plan.provider)}")  # part of the result identity
 
 
 def gpu_architecture(vendor: str) -> str:

@@ -67,6 +67,19 @@ class PerfRecord:
     madengine_version: str = ""
     command_line: str = ""
     artifacts: list[str] | str = ""
+    tag_configs: str = ""
+    backend: str = ""
+    trace_id: str = ""
+    perf_n: int | str = ""
+    perf_mean: float | str | None = None
+    perf_stddev: float | str | None = None
+    perf_cv: float | str | None = None
+    perf_min: float | str | None = None
+    perf_max: float | str | None = None
+    perf_ci95_low: float | str | None = None
+    perf_ci95_high: float | str | None = None
+    perf_samples: str = ""  # JSON text (madengine.results.samples.samples_text)
+    warmup_runs: int | str = ""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
