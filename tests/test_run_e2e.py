@@ -241,7 +241,7 @@ def test_ctrl_c_records_failure_keeps_rows_and_leaves_no_container(model_repo, m
     reader = threading.Thread(target=watch, daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while not any("running dummy_sleep" in line for line in seen) and time.monotonic() < deadline:
+    while not any("dummy_sleep: running" in line for line in seen) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(2)  # the model script is sleeping now
     proc.send_signal(signal.SIGINT)

@@ -21,7 +21,7 @@ from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption
 from madengine.core.redact import redact
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard")
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "completion")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded
@@ -81,7 +81,27 @@ def build_parser() -> argparse.ArgumentParser:
                                        parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"madengine.cli.commands.{name}").add_parser(subparsers)
+    for command in _commands(parser):
+        add_output_flags(command)
     return parser
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every (sub)command parser below ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                yield child
+                yield from _commands(child)
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every command takes about how much it says and how."""
+    group = parser.add_argument_group("output")
+    loudness = group.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", "-q", action="store_true", help="print errors and the final summary only")
+    loudness.add_argument("--verbose", action="store_true", help="also print each step's command and timings")
+    group.add_argument("--no-color", action="store_true", help="no colour (also: the NO_COLOR variable)")
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
@@ -95,6 +115,9 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
     env.argv = argv  # the exact command line, recorded with every result
+    env.quiet = env.quiet or getattr(args, "quiet", False)
+    env.verbose = env.verbose or getattr(args, "verbose", False)
+    env.no_color = env.no_color or getattr(args, "no_color", False)
     if not args.command:
         parser.print_help(env.stderr)
         return int(ExitStatus.BAD_INPUT)

@@ -25,7 +25,12 @@ class Environment:
     #: the command's arguments (after the program name); ``main`` sets them
     argv: Sequence[str] = ()
     clock: Callable[[], datetime.datetime] = clock.now
+    #: --quiet: errors, warnings and the final summary only
     quiet: bool = False
+    #: --verbose: every step's command and timings too
+    verbose: bool = False
+    #: --no-color (NO_COLOR in ``environ`` also turns colour off)
+    no_color: bool = False
 
     def host(self) -> Host:
         """What the core may read of this environment (variables, arguments, stdin, clock)."""
@@ -46,17 +51,28 @@ class Environment:
 
 
 class CliReporter:
-    """The core's progress (``execution.events.Reporter``) as the terminal shows it: messages and
-    ``[key] line`` live output on stderr, data (job ids, rendered scripts) on stdout."""
+    """The core's progress (``core.events.Reporter``) as the terminal shows it: messages, live
+    output and progress on stderr through a view (:mod:`madengine.cli.progress`: a live line on a
+    TTY, timestamped lines elsewhere); data (job ids, rendered scripts) on stdout."""
 
     def __init__(self, env: Environment) -> None:
+        from madengine.cli.progress import make_view
+
         self.env = env
+        self.view = make_view(env, verbose=env.verbose, quiet=env.quiet, no_color=env.no_color)
 
     def message(self, text: str) -> None:
-        self.env.message(text)
+        self.view.message(text)
 
     def output(self, key: str, line: str) -> None:
-        print(f"[{key}] {line}", file=self.env.stderr, flush=True)
+        self.view.output(key, line)
 
     def data(self, text: str) -> None:
         self.env.data(text)
+
+    def progress(self, event) -> None:
+        self.view.progress(event)
+
+    def close(self) -> None:
+        """End the live line (before the command prints its summary)."""
+        self.view.close()

@@ -22,6 +22,8 @@ from madengine.core import events
 from madengine.core.events import Progress
 
 STATUS_STYLES = {"SUCCESS": "green", "FAILURE": "bold red", "SKIPPED": "yellow"}
+#: the phases a plain log shows without --verbose (the short ones only make noise there)
+SHOWN_PHASES = ("building", "fetching data", "pre-scripts", "running", "post-scripts")
 
 
 def colour_enabled(environ: Any, no_color: bool) -> bool:
@@ -137,7 +139,7 @@ class PlainView:
             eta = self.state.eta() if event.estimate is None else event.estimate
             self._line(f"madengine: {event.total} model(s)" + (f", about {duration(eta)} by earlier runs" if eta
                                                               else ""))
-        elif event.kind in (events.MODEL, events.PHASE) and said:
+        elif event.kind in (events.MODEL, events.PHASE) and said and (self.verbose or event.phase in SHOWN_PHASES):
             self._line(f"{where}: {said}")
         elif event.kind == events.STEP and self.verbose:
             self._line(f"{where}: step {event.phase} `{event.detail}` exit {event.status} in "

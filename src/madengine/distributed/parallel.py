@@ -28,7 +28,7 @@ from typing import Iterator
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.core.errors import MadEngineError
-from madengine.core.events import Reporter
+from madengine.core.events import Progress, Reporter
 from madengine.execution.plan import parse_gpu_list, resolve_gpus
 from madengine.execution.runner import ModelRunner, Slot
 from madengine.results import PerfRecord, Status
@@ -112,6 +112,10 @@ class LockedReporter:
     def data(self, text: str) -> None:
         with self._lock:
             self._inner.data(text)
+
+    def progress(self, event: Progress) -> None:
+        with self._lock:
+            self._inner.progress(event)
 
 
 @dataclasses.dataclass

@@ -40,6 +40,8 @@ class RunOptions:
     tools_json_file_name: str | None = None
     force_mirror_local: str | None = None
     runs_dir: Path = Path("madengine_runs")
+    trace: bool = True  # --no-trace turns it off
+    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
     def timeout_for(self, model_timeout: int | None) -> int | None:
         """Seconds allowed for the model script; None means no limit."""

@@ -14,11 +14,13 @@ pipeline passes in, so execution imports none of them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import platform
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -27,7 +29,7 @@ from madengine.catalog import Model
 from madengine.context import Context
 from madengine.context.detect import nvidia_short_arch
 from madengine.core.errors import EngineUnavailable, MadEngineError, interruption
-from madengine.core.events import Reporter
+from madengine.core.events import MODEL, PHASE, RESULT, STEP, Progress, Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name
 from madengine.core.redact import redact
@@ -37,6 +39,8 @@ from madengine.execution.options import RunOptions
 from madengine.execution.plan import copy_tree, model_env, resolve_gpus, script_step
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.results import PerfRecord, RecordFactory, Status
+from madengine.results.identity import tag_configs_text
+from madengine.tracing import NULL_TRACER, names
 from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
 
 ENV_DETAILS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sys_env_details.sh"
@@ -121,7 +125,7 @@ class ModelRunner:
 
     def __init__(self, *, options: RunOptions, context: Context, root: Path, executor: Executor,
                  records: RecordFactory, reporter: Reporter, host: Host, run_id: str,
-                 extensions: Sequence[Extension] = ()) -> None:
+                 extensions: Sequence[Extension] = (), tracer: Any = NULL_TRACER) -> None:
         self.options = options
         self.context = context
         self.root = root
@@ -136,6 +140,12 @@ class ModelRunner:
         self.stopped: Stop | None = None
         #: names of the models whose run began (the others get a "not run" row after a stop)
         self.started: set[str] = set()
+        self.tracer = tracer
+        #: position (1-based) of each model in the command's selection, and how many there are
+        self.positions: dict[str, int] = {}
+        self.total = 0
+        #: seconds each model took last time (for the ETA), by model name
+        self.estimates: dict[str, float] = {}
 
     def note_stop(self, exc: BaseException) -> str:
         """Record the first stop of the run; the reason for the row of the model in flight."""
@@ -159,7 +169,23 @@ class ModelRunner:
         return None
 
     def run_model(self, model: Model, slot: Slot | None = None) -> Iterator[PerfRecord]:
+        """The records of one model, in a ``model`` span, with progress events around them."""
         self.started.add(model.name)
+        started = time.monotonic()
+        self.reporter.progress(Progress(MODEL, model=_label(model), index=self.positions.get(model.name, 0),
+                                        total=self.total, estimate=self.estimates.get(model.name)))
+        attributes = {names.ATTR_MODEL: model.name, names.ATTR_TAG_CONFIGS: tag_configs_text(model.tag_configs),
+                      names.ATTR_EXECUTOR: self.executor.name}
+        with self.tracer.span(names.SPAN_MODEL, attributes) as span:
+            for record in self._model_records(model, slot):
+                _describe(span, record)
+                self.reporter.progress(Progress(
+                    RESULT, model=_label(model), index=self.positions.get(model.name, 0), total=self.total,
+                    status=record.status, seconds=time.monotonic() - started, log=_log_of(record),
+                    detail=f"{record.performance} {record.metric}" if record.ok else record.reason))
+                yield record
+
+    def _model_records(self, model: Model, slot: Slot | None) -> Iterator[PerfRecord]:
         reason = self.skip_reason(model)
         if reason:
             yield self.records.for_model(model, Status.SKIPPED, reason=reason)
@@ -175,6 +201,16 @@ class ModelRunner:
                 return
             yield from self._run_target(model, target, gpu_ids, slot.cpus if slot else [])
 
+    @contextlib.contextmanager
+    def _phase(self, model: Model, name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
+        """One phase of a model's run: a span of the trace and a progress event (none for the image
+        and container phases of the local executor, which has neither)."""
+        if self.executor.name != "local" or name not in (names.SPAN_IMAGE_BUILD, names.SPAN_CONTAINER_START):
+            self.reporter.progress(Progress(PHASE, model=_label(model), index=self.positions.get(model.name, 0),
+                                            total=self.total, phase=PHASE_LABELS.get(name, name)))
+        with self.tracer.span(name, attributes) as span:
+            yield span
+
     def _run_target(self, model: Model, target: Target, gpu_ids: list[int], cpus: list[int]) -> Iterator[PerfRecord]:
         facts = RunFacts(docker_file=target.docker_file, docker_image=target.key if target.docker_file else "",
                          n_gpus=str(len(gpu_ids)))
@@ -183,7 +219,8 @@ class ModelRunner:
             yield self.failure(model, target.failure, **facts.values())
             return
         try:
-            facts.image = self.executor.obtain_image(target)
+            with self._phase(model, names.SPAN_IMAGE_BUILD, {names.ATTR_IMAGE: target.key}):
+                facts.image = self.executor.obtain_image(target)
         except (KeyboardInterrupt, EngineUnavailable) as exc:
             yield self.failure(model, f"{self.note_stop(exc)} during the image build", **facts.values())
             return
@@ -214,13 +251,12 @@ class ModelRunner:
                        image=facts.image.run_as if facts.image is not None else "")
         started = False
         try:
-            self.reporter.message(f"madengine: running {model.name} ({target.key}) with the {self.executor.name} "
-                                  "executor")
             self._prepare_workdir(spec, script_dir)
             for extend in self.extensions:
                 extend(spec)
             facts.absorb(spec)
-            self.executor.start(spec)
+            with self._phase(model, names.SPAN_CONTAINER_START, {names.ATTR_IMAGE: spec.image}):
+                self.executor.start(spec)
             started = True
             yield from self._execute(spec, facts)
         except (KeyboardInterrupt, EngineUnavailable) as exc:
@@ -260,11 +296,11 @@ class ModelRunner:
     def _execute(self, spec: RunSpec, facts: RunFacts) -> Iterator[PerfRecord]:
         """Run the steps, then collect artifacts and finalize before any row is written."""
         outcome = self._run_steps(spec, facts)
-        self._collect(spec, facts)
-        if isinstance(outcome, str):
-            yield self.failure(spec.model, outcome, **facts.values())
-            return
-        yield from self._evaluate(spec, outcome, facts)
+        with self._phase(spec.model, names.SPAN_PARSING):
+            self._collect(spec, facts)
+            records = [self.failure(spec.model, outcome, **facts.values())] if isinstance(outcome, str) \
+                else list(self._evaluate(spec, outcome, facts))
+        yield from records
 
     def _run_steps(self, spec: RunSpec, facts: RunFacts) -> "StepResult | str":
         """The model step's result, or the reason the steps could not complete."""
@@ -272,12 +308,19 @@ class ModelRunner:
         with open_log(spec.log_path) as log:
             for step in spec.steps:
                 sink = LineSink(log, self._live(spec.key), keep=step.is_model)
-                log.write(f"=== madengine step: {step.name}: {' '.join(redact(a) for a in step.argv)}\n")
+                command = " ".join(redact(a) for a in step.argv)
+                log.write(f"=== madengine step: {step.name}: {command}\n")
                 log.flush()
-                result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
+                phase = names.SPAN_MODEL_STEP if step.is_model else \
+                    names.SPAN_POST_SCRIPTS if model_result is not None else names.SPAN_PRE_SCRIPTS
+                with self._phase(spec.model, phase, {names.ATTR_STEP: step.name}) as span:
+                    result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
+                    span.set_attribute(names.ATTR_EXIT_CODE, result.exit_code)
                 log.write(f"=== madengine step {step.name} ended: exit code {result.exit_code} "
                           f"after {result.duration:.2f} s\n")
                 log.flush()
+                self.reporter.progress(Progress(STEP, model=_label(spec.model), phase=step.name, detail=command,
+                                                seconds=result.duration, status=str(result.exit_code)))
                 if step.is_model:
                     model_result = result
                     facts.test_duration = result.duration
@@ -359,6 +402,34 @@ class ModelRunner:
                 facts.add(finalize(spec) or {})
             except MadEngineError as exc:
                 facts.extra["finalize_error"] = str(exc)
+
+
+#: what a progress line calls each phase of the trace
+PHASE_LABELS = {names.SPAN_IMAGE_BUILD: "building", names.SPAN_CONTAINER_START: "starting",
+                names.SPAN_PRE_SCRIPTS: "pre-scripts", names.SPAN_MODEL_STEP: "running",
+                names.SPAN_POST_SCRIPTS: "post-scripts", names.SPAN_PARSING: "parsing",
+                names.SPAN_DATA_PROVISION: "fetching data"}
+
+
+def _label(model: Model) -> str:
+    """The model as the user selected it: ``numpy_matmul:size=64``."""
+    return model.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in model.tag_configs)
+
+
+def _log_of(record: PerfRecord) -> str:
+    artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts).split(",")
+    return next((a for a in artifacts if a.endswith("run.log")), next(iter(artifacts), "") if artifacts else "")
+
+
+def _describe(span: Any, record: PerfRecord) -> None:
+    span.set_attributes({names.ATTR_STATUS: record.status, names.ATTR_METRIC: record.metric,
+                         names.ATTR_IMAGE: record.docker_image})
+    if record.performance is not None:
+        span.set_attribute(names.ATTR_PERFORMANCE, record.performance)
+    if record.reason:
+        span.set_attribute(names.ATTR_REASON, record.reason)
+    if record.status == Status.FAILURE:
+        span.set_error(record.reason)
 
 
 def _write_host_details(path: Path, context: Context) -> None:

@@ -5,7 +5,7 @@ bad data.json, credential.json and tools.json before anything is built (exit 2).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from madengine.catalog import Model
 from madengine.context import Context
@@ -13,6 +13,7 @@ from madengine.core.events import Reporter
 from madengine.core.errors import InputError
 from madengine.core.spec import Mount, RunSpec
 from madengine.execution import Extension, RunOptions
+from madengine.tracing import NULL_TRACER, names
 
 
 def _uses_tools(context: Context) -> bool:
@@ -48,7 +49,7 @@ def context_mounts(context: Context, executor: str) -> list[Mount]:
 
 
 def run_extensions(models: Sequence[Model], options: RunOptions, context: Context, root: Path, executor: str,
-                   reporter: Reporter) -> list[Extension]:
+                   reporter: Reporter, tracer: Any = NULL_TRACER) -> list[Extension]:
     """The extensions these models need, in the order they apply: data, credentials, ONNX, tools
     (tools wrap whatever model step the others produced)."""
     extensions: list[Extension] = []
@@ -59,7 +60,9 @@ def run_extensions(models: Sequence[Model], options: RunOptions, context: Contex
         from madengine.data import provide_data
 
         def data(spec: RunSpec) -> None:
-            if spec.model.data_names:
+            if not spec.model.data_names:
+                return
+            with tracer.span(names.SPAN_DATA_PROVISION, {names.ATTR_MODEL: spec.model.name}):
                 provide_data(spec, data_file=options.data_config_file_name,
                              force_mirror_local=options.force_mirror_local, context=context, executor_name=executor,
                              reporter=reporter, live_output=options.live_output)

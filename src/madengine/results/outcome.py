@@ -25,6 +25,8 @@ class RunSummary:
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: rows that could not be written to perf.csv (a full disk): where each was kept instead
     unrecorded: list[str] = dataclasses.field(default_factory=list)
+    #: how the trace was written (``tracing.FlushResult``); None without one
+    trace: Any = None
 
     @property
     def failed(self) -> list[PerfRecord]:

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping
 
 from madengine.core.redact import redact
 from madengine.results.columns import ALL_COLUMNS, Status
+from madengine.results.identity import tag_configs_text
 
 
 def _cell(value: Any) -> str:
@@ -142,10 +143,11 @@ class Provenance:
     build_number: str = "0"
     pipeline: str = ""
     madengine_version: str = ""
+    trace_id: str = ""
 
     @classmethod
     def of(cls, *, run_id: str, executor: str, command_line: str, environ: Mapping[str, str],
-           context: Mapping[str, Any], machine_name: str = "") -> "Provenance":
+           context: Mapping[str, Any], machine_name: str = "", trace_id: str = "") -> "Provenance":
         """The provenance of an invocation: the CI build number and pipeline come from the
         environment (``BUILD_NUMBER``, ``pipeline``), as the original madengine recorded them."""
         from madengine import __version__
@@ -154,7 +156,7 @@ class Provenance:
                    gpu_vendor=str(context.get("gpu_vendor", "")),
                    gpu_architecture=str(context.get("gpu_architecture", "")), context=dict(context),
                    machine_name=machine_name, build_number=environ.get("BUILD_NUMBER", "0"),
-                   pipeline=environ.get("pipeline", ""), madengine_version=__version__)
+                   pipeline=environ.get("pipeline", ""), madengine_version=__version__, trace_id=trace_id)
 
 
 class RecordFactory:
@@ -172,7 +174,7 @@ class RecordFactory:
             model=model, status=status, pipeline=p.pipeline, machine_name=p.machine_name,
             gpu_architecture=p.gpu_architecture, build_number=p.build_number, run_id=p.run_id,
             executor=p.executor, started_at=self.clock(), gpu_vendor=p.gpu_vendor, context=dict(p.context),
-            madengine_version=p.madengine_version, command_line=p.command_line)
+            madengine_version=p.madengine_version, command_line=p.command_line, trace_id=p.trace_id)
         for key, value in values.items():
             setattr(record, key, dict(value) if key == "extra" else value)
         if record.reason:
@@ -182,7 +184,7 @@ class RecordFactory:
     def for_model(self, model: Any, status: str, **values: Any) -> PerfRecord:
         """A record of a catalog model: its own columns (n_gpus, args, tags, ...) filled in."""
         columns = {"n_gpus": model.n_gpus, "training_precision": model.training_precision, "args": model.run_args,
-                   "tags": ",".join(model.tags),
+                   "tags": ",".join(model.tags), "tag_configs": tag_configs_text(model.tag_configs),
                    "additional_docker_run_options": model.additional_docker_run_options}
         columns.update(values)
         return self.new(model.name, status, **columns)

@@ -37,6 +37,14 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
                         help="context overrides from a JSON file (applied before --additional-context)")
 
 
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--trace", default=None, metavar="FILE",
+                       help="write the run's trace (Chrome trace-event JSON, opens in ui.perfetto.dev) to FILE "
+                            "instead of <runs dir>/<run id>/trace.json")
+    group.add_argument("--no-trace", action="store_true", help="record no trace (the trace_id column stays empty)")
+
+
 def add_image_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
     parser.add_argument("--rebuild", action="store_true",
@@ -104,6 +112,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_run_arguments(parser)
     add_distributed_arguments(parser)
     parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
+    add_trace_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
     parser.set_defaults(handler=handle)
 
@@ -143,7 +152,8 @@ def run_options(args: argparse.Namespace):
         keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
-        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir))
+        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), trace=not args.no_trace,
+        trace_file=Path(args.trace) if args.trace else None)
 
 
 def run_request(args: argparse.Namespace):
@@ -165,15 +175,35 @@ def run_request(args: argparse.Namespace):
 
 
 def print_summary(env: Environment, records) -> None:
-    from madengine.cli.render import table
+    """The results table (reasons wrapped, never cut), then where each failed model's log is."""
+    from madengine.cli.progress import colour_enabled
+    from madengine.cli.render import status_painter, table
 
     rows = []
     for r in records:
         perf = f"{r.performance:g}" if isinstance(r.performance, float) else (r.performance or "")
         duration = f"{r.test_duration:.2f}" if isinstance(r.test_duration, float) else ""
-        rows.append((r.model, r.docker_image or r.executor, r.status, perf, r.metric, duration, r.reason))
-    print(table(("model", "image", "status", "performance", "metric", "test_s", "reason"), rows, max_width=70),
-          file=env.stderr, flush=True)
+        label = r.model + (f" [{r.tag_configs}]" if getattr(r, "tag_configs", "") else "")
+        rows.append((label, r.docker_image or r.executor, r.status, perf, r.metric, duration, r.reason))
+    colour = _is_tty(env.stderr) and colour_enabled(env.environ, env.no_color)
+    print(table(("model", "image", "status", "performance", "metric", "test_s", "reason"), rows, max_width=70,
+                wrap=(6,), paint=status_painter(2) if colour else None), file=env.stderr, flush=True)
+    for r in records:
+        log = _run_log(r)
+        if r.status == "FAILURE" and log:
+            print(f"  {r.model}: log {log}", file=env.stderr, flush=True)
+
+
+def _run_log(record) -> str:
+    artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts or "").split(",")
+    return next((a for a in artifacts if a.endswith("run.log")), "")
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def exit_status(summary) -> int:
@@ -197,13 +227,24 @@ def write_html(env: Environment, perf_csv: Path) -> None:
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.pipeline import run
 
-    summary = run(run_request(args), env.host(), CliReporter(env))
+    reporter = CliReporter(env)
+    try:
+        summary = run(run_request(args), env.host(), reporter)
+    finally:
+        reporter.close()
     print_summary(env, summary.records)
     if summary.records and not args.no_html:
         write_html(env, summary.perf_csv)
     if args.json:
         env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    counts = summary.counts()
-    env.message(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
-                f"rows in {summary.perf_csv}; logs in {summary.run_dir}")
+    print_totals(env, summary)
     return exit_status(summary)
+
+
+def print_totals(env: Environment, summary) -> None:
+    """The last line (shown with --quiet too): counts, where rows, logs and the trace went."""
+    counts = summary.counts()
+    trace = getattr(summary.trace, "path", None)
+    print(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
+          f"rows in {summary.perf_csv}; logs in {summary.run_dir}" + (f"; trace {trace}" if trace else ""),
+          file=env.stderr, flush=True)
