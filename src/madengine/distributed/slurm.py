@@ -229,6 +229,10 @@ def task_command(request: SlurmRun, settings: SlurmSettings, job_dir: Path, cont
             "--runs-dir", str(job_dir / "runs")]
     if options.timeout is not None:
         argv += ["--timeout", str(options.timeout)]
+    if options.repeat is not None:
+        argv += ["--repeat", str(options.repeat)]
+    if options.warmup_runs:
+        argv += ["--warmup-runs", str(options.warmup_runs)]
     if context_file is not None:
         argv += ["--additional-context-file", str(context_file)]
     if transport.manifest_file:

@@ -40,6 +40,10 @@ class RunOptions:
     tools_json_file_name: str | None = None
     force_mirror_local: str | None = None
     runs_dir: Path = Path("madengine_runs")
+    #: runs of the model step that count (None: the model's ``repeat`` field, else 1)
+    repeat: int | None = None
+    #: runs of the model step before those, discarded (warm-up)
+    warmup_runs: int = 0
     trace: bool = True  # --no-trace turns it off
     trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 

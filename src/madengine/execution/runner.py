@@ -28,7 +28,7 @@ from madengine import __version__
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.context.detect import nvidia_short_arch
-from madengine.core.errors import EngineUnavailable, MadEngineError, interruption
+from madengine.core.errors import CatalogError, EngineUnavailable, MadEngineError, interruption
 from madengine.core.events import MODEL, PHASE, RESULT, STEP, Progress, Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name
@@ -40,6 +40,7 @@ from madengine.execution.plan import copy_tree, model_env, resolve_gpus, script_
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.results import PerfRecord, RecordFactory, Status
 from madengine.results.identity import tag_configs_text
+from madengine.results.samples import SAMPLES_FILE, parse_samples, sample_columns, sample_warnings, write_samples_file
 from madengine.tracing import NULL_TRACER, names
 from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
 
@@ -67,6 +68,17 @@ class Stop:
     def not_run(self) -> str:
         """The reason of a selected model that never started."""
         return f"not run: {self.reason}" if self.interrupted else f"{self.reason} (not run)"
+
+
+@dataclasses.dataclass
+class Repeats:
+    """What the model step's runs produced: the kept ones (after the warm-up) in run order."""
+
+    warmup: int = 0
+    kept: list[StepResult] = dataclasses.field(default_factory=list)
+    #: the ``multiple_results`` rows of each kept run
+    tables: list[list[dict[str, str]]] = dataclasses.field(default_factory=list)
+    ran: bool = False
 
 
 @dataclasses.dataclass
@@ -299,62 +311,86 @@ class ModelRunner:
         with self._phase(spec.model, names.SPAN_PARSING):
             self._collect(spec, facts)
             records = [self.failure(spec.model, outcome, **facts.values())] if isinstance(outcome, str) \
-                else list(self._evaluate(spec, outcome, facts))
+                else self._evaluate(spec, outcome, facts)
+            if isinstance(outcome, Repeats) and len(outcome.kept) > 1:
+                write_samples_file(spec.artifacts_dir / SAMPLES_FILE, [r.to_row() for r in records])
         yield from records
 
-    def _run_steps(self, spec: RunSpec, facts: RunFacts) -> "StepResult | str":
-        """The model step's result, or the reason the steps could not complete."""
-        model_result: StepResult | None = None
+    def repetitions(self, model: Model) -> tuple[int, int]:
+        """(warm-up runs, kept runs) of the model step: ``--warmup-runs``, then ``--repeat`` or the
+        model's ``repeat`` field, else one run."""
+        return self.options.warmup_runs, self.options.repeat or model_repeat(model) or 1
+
+    def _run_steps(self, spec: RunSpec, facts: RunFacts) -> "Repeats | str":
+        """Every step in order, the model step ``warm-up + repeat`` times in the same container or
+        work folder; the kept repeats, or the reason the steps could not complete."""
+        warmup, repeat = self.repetitions(spec.model)
+        repeats = Repeats(warmup=warmup)
         with open_log(spec.log_path) as log:
             for step in spec.steps:
-                sink = LineSink(log, self._live(spec.key), keep=step.is_model)
-                command = " ".join(redact(a) for a in step.argv)
-                log.write(f"=== madengine step: {step.name}: {command}\n")
-                log.flush()
-                phase = names.SPAN_MODEL_STEP if step.is_model else \
-                    names.SPAN_POST_SCRIPTS if model_result is not None else names.SPAN_PRE_SCRIPTS
-                with self._phase(spec.model, phase, {names.ATTR_STEP: step.name}) as span:
-                    result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
-                    span.set_attribute(names.ATTR_EXIT_CODE, result.exit_code)
-                log.write(f"=== madengine step {step.name} ended: exit code {result.exit_code} "
-                          f"after {result.duration:.2f} s\n")
-                log.flush()
-                self.reporter.progress(Progress(STEP, model=_label(spec.model), phase=step.name, detail=command,
-                                                seconds=result.duration, status=str(result.exit_code)))
-                if step.is_model:
-                    model_result = result
-                    facts.test_duration = result.duration
-                if result.interrupted is not None:
-                    return f"{self.note_stop(result.interrupted)} during {step.name}"
-                if result.timed_out:
-                    return f"timeout: {step.name} ran longer than {spec.timeout} s; container/process killed"
-                if result.error:
-                    return f"{step.name}: {result.error}"
-                if result.exit_code != 0 and not step.is_model:
-                    return f"{step.name} failed with exit code {result.exit_code}"
-        if model_result is None:
+                for n in range(warmup + repeat if step.is_model else 1):
+                    result = self._run_step(spec, step, log, repeats, n, warmup)
+                    if step.is_model:
+                        facts.test_duration = (facts.test_duration or 0.0) + result.duration
+                    reason = self._step_failure(spec, step, result, n, warmup + repeat)
+                    if reason:
+                        return reason
+                    if step.is_model:
+                        repeats.ran = True
+                        if n >= warmup:
+                            repeats.kept.append(result)
+                            if spec.model.multiple_results:
+                                table = self._table(spec, last=n == warmup + repeat - 1)
+                                if isinstance(table, str):
+                                    return table
+                                repeats.tables.append(table)
+        if not repeats.ran:
             return "no model step to run"
-        return model_result
+        return repeats
 
-    def _evaluate(self, spec: RunSpec, result: StepResult, facts: RunFacts) -> Iterator[PerfRecord]:
-        model = spec.model
+    def _run_step(self, spec: RunSpec, step: Step, log: Any, repeats: "Repeats", n: int, warmup: int) -> StepResult:
+        sink = LineSink(log, self._live(spec.key), keep=step.is_model)
+        command = " ".join(redact(a) for a in step.argv)
+        label = step.name if not step.is_model or n == 0 and not warmup else \
+            f"{step.name} ({'warm-up ' + str(n + 1) if n < warmup else 'repeat ' + str(n - warmup + 1)})"
+        log.write(f"=== madengine step: {label}: {command}\n")
+        log.flush()
+        attributes: dict[str, Any] = {names.ATTR_STEP: step.name}
+        if step.is_model:
+            phase = names.SPAN_MODEL_STEP
+            attributes[names.ATTR_REPEAT] = n + 1
+            attributes["madengine.warmup"] = n < warmup
+        else:
+            phase = names.SPAN_POST_SCRIPTS if repeats.ran else names.SPAN_PRE_SCRIPTS
+        with self._phase(spec.model, phase, attributes) as span:
+            result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
+            span.set_attribute(names.ATTR_EXIT_CODE, result.exit_code)
+        log.write(f"=== madengine step {label} ended: exit code {result.exit_code} after {result.duration:.2f} s\n")
+        log.flush()
+        self.reporter.progress(Progress(STEP, model=_label(spec.model), phase=label, detail=command,
+                                        seconds=result.duration, status=str(result.exit_code)))
+        return result
+
+    def _step_failure(self, spec: RunSpec, step: Step, result: StepResult, n: int, runs: int) -> str:
+        """Why the run of ``step`` means the model failed ('' when it goes on)."""
+        which = f" (run {n + 1} of {runs})" if runs > 1 else ""
+        if result.interrupted is not None:
+            return f"{self.note_stop(result.interrupted)} during {step.name}{which}"
+        if result.timed_out:
+            return f"timeout: {step.name}{which} ran longer than {spec.timeout} s; container/process killed"
+        if result.error:
+            return f"{step.name}{which}: {result.error}"
         if result.exit_code != 0:
+            what = "model script" if step.is_model else step.name
             cause = f"{result.cause} (exit code {result.exit_code})" if result.cause else \
-                f"model script exited with code {result.exit_code}"
-            yield self.failure(model, cause, **facts.values())
-            return
-        if model.multiple_results:
-            yield from self._multiple(spec, facts)
-            return
-        perf = parse_performance(result.output)
-        if perf is None:
-            yield self.failure(model, "no performance figure: the script printed no 'performance: <number> <metric>' "
-                                      "line", **facts.values())
-            return
-        yield self.records.for_model(model, Status.SUCCESS, performance=perf.value, metric=perf.metric,
-                                     **facts.values())
+                f"{what}{which} exited with code {result.exit_code}" if step.is_model else \
+                f"{what} failed with exit code {result.exit_code}"
+            said = last_meaningful_line(result.output) if step.is_model else ""
+            return f"{cause}: {said}" if said else cause
+        return ""
 
-    def _multiple(self, spec: RunSpec, facts: RunFacts) -> Iterator[PerfRecord]:
+    def _table(self, spec: RunSpec, last: bool) -> "list[dict[str, str]] | str":
+        """The rows of the ``multiple_results`` CSV one repeat wrote (its copy kept as an artifact)."""
         model = spec.model
         path = spec.workdir / spec.model_cwd / model.multiple_results
         if not path.is_file():
@@ -362,24 +398,62 @@ class ModelRunner:
         try:
             rows = parse_multiple_results(path)
         except MadEngineError as exc:
-            yield self.failure(model, f"multiple_results: {exc}", **facts.values())
-            return
+            return f"multiple_results: {exc}"
         if not rows:
-            yield self.failure(model, f"multiple_results: {model.multiple_results} has no rows", **facts.values())
-            return
+            return f"multiple_results: {model.multiple_results} has no rows"
         shutil.copy2(path, spec.artifacts_dir / Path(model.multiple_results).name)
-        for row in rows:
-            number = as_number(row.get("performance", ""))
+        if not last:
+            path.unlink()  # the next repeat must write its own
+        return rows
+
+    def _evaluate(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
+        if spec.model.multiple_results:
+            return self._multiple(spec, repeats, facts)
+        model = spec.model
+        figures = [parse_performance(result.output) for result in repeats.kept]
+        missing = [i for i, figure in enumerate(figures, start=1) if figure is None]
+        if missing:
+            which = f" (repeat {missing[0]} of {len(figures)})" if len(figures) > 1 else ""
+            return [self.failure(model, f"no performance figure{which}: the script printed no 'performance: "
+                                        "<number> <metric>' line", **facts.values())]
+        record = self.records.for_model(model, Status.SUCCESS, metric=figures[-1].metric, **facts.values(),
+                                        **self._sample_columns([f.value for f in figures], repeats.warmup))
+        self._warn_unstable(record)
+        return [record]
+
+    def _multiple(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
+        """One row per result name of the CSV, its samples taken from every kept repeat."""
+        model = spec.model
+        records = []
+        for name, rows in _by_result_name(repeats.tables).items():
             values = facts.values()
-            values["extra"].update({k: v for k, v in row.items() if k not in ("model", "performance", "metric",
-                                                                               "status")})
-            record = self.records.for_model(model, Status.SUCCESS, metric=row.get("metric", ""), **values)
-            record.model = f"{model.name}_{row.get('model', '')}"
-            if number is None:
-                record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number"
+            values["extra"].update({k: v for k, v in rows[-1].items() if k not in ("model", "performance", "metric",
+                                                                                    "status")})
+            numbers = [as_number(row.get("performance", "")) for row in rows]
+            record = self.records.for_model(model, Status.SUCCESS, metric=rows[-1].get("metric", ""), **values)
+            record.model = f"{model.name}_{name}"
+            if None in numbers or len(numbers) < len(repeats.tables):
+                record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number" \
+                    if None in numbers else f"multiple_results row {name!r} is missing from some repeats"
             else:
-                record.performance = number
-            yield record
+                for key, value in self._sample_columns(numbers, repeats.warmup).items():
+                    setattr(record, key, value)
+                self._warn_unstable(record)
+            records.append(record)
+        return records
+
+    @staticmethod
+    def _sample_columns(values: list[float], warmup: int) -> dict[str, Any]:
+        """The ``perf_*`` columns; one sample keeps its figure exactly as the model printed it."""
+        columns = sample_columns(values, warmup)
+        if len(values) == 1:
+            columns["performance"] = values[0]
+        return columns
+
+    def _warn_unstable(self, record: PerfRecord) -> None:
+        samples = parse_samples(record.perf_samples) if record.perf_samples else []
+        for warning in sample_warnings(samples):
+            self.reporter.message(f"madengine: warning: {record.model}: {warning}")
 
     def _collect(self, spec: RunSpec, facts: RunFacts) -> None:
         """Copy files the steps wrote (``spec.collect`` patterns) into the artifacts folder, then
@@ -409,6 +483,43 @@ PHASE_LABELS = {names.SPAN_IMAGE_BUILD: "building", names.SPAN_CONTAINER_START: 
                 names.SPAN_PRE_SCRIPTS: "pre-scripts", names.SPAN_MODEL_STEP: "running",
                 names.SPAN_POST_SCRIPTS: "post-scripts", names.SPAN_PARSING: "parsing",
                 names.SPAN_DATA_PROVISION: "fetching data"}
+
+
+def model_repeat(model: Model) -> int | None:
+    """The model's own ``repeat`` field (checked before the run by :func:`check_repeat`)."""
+    value = model.extra.get("repeat")
+    return None if value in (None, "") else int(value)
+
+
+def check_repeat(model: Model) -> None:
+    """A ``repeat`` field that is not a whole number of 1 or more is bad input (exit 2)."""
+    value = model.extra.get("repeat")
+    if value in (None, ""):
+        return
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii()
+                                                                   and value.isdigit())) or int(value) < 1:
+        raise CatalogError(f"repeat must be a whole number of 1 or more, got {value!r}", path=model.source,
+                           field=f"{model.name}.repeat")
+
+
+def last_meaningful_line(output: str, limit: int = 200) -> str:
+    """What a failing model said last (an exception's message, an error line), for its reason."""
+    for line in reversed(output.splitlines()):
+        text = line.strip()
+        if not text or text.startswith(("performance:", "===", "File \"", "Traceback")) or \
+                not any(c.isalnum() for c in text):
+            continue
+        return text if len(text) <= limit else text[:limit - 1] + "…"
+    return ""
+
+
+def _by_result_name(tables: list[list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+    """The rows of every repeat's CSV grouped by result name, in first-seen order."""
+    grouped: dict[str, list[dict[str, str]]] = {}
+    for table in tables:
+        for row in table:
+            grouped.setdefault(row.get("model", ""), []).append(row)
+    return grouped
 
 
 def _label(model: Model) -> str:

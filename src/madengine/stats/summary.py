@@ -81,8 +81,21 @@ def _finite(values: Iterable[float]) -> list[float]:
 
 
 def _mean_and_stddev(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation, computed on values scaled to at most 1 in magnitude."""
+    """Mean and sample standard deviation: exactly rounded sums of the values themselves, and only
+    when a sum would overflow (figures near 1.7e308), of the values scaled to at most 1."""
     n = len(values)
+    try:
+        total = math.fsum(values)
+    except OverflowError:  # 1.7e308 + 1.7e308
+        total = math.inf
+    if math.isfinite(total):
+        mean = total / n
+        try:
+            squares = math.fsum((v - mean) ** 2 for v in values) if n > 1 else 0.0
+        except OverflowError:  # (1e300 - 0)**2: the scaled path below handles it
+            squares = math.inf
+        if math.isfinite(squares):
+            return mean, math.sqrt(squares / (n - 1)) if n > 1 else None
     scale = max(abs(values[0]), abs(values[-1])) or 1.0  # values are sorted: the extremes are at the ends
     scaled = [v / scale for v in values]
     mean = math.fsum(scaled) / n

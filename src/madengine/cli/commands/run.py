@@ -54,6 +54,11 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_tags_argument(parser)
+    parser.add_argument("--repeat", type=_positive, default=None, metavar="N",
+                        help="run each model's script N times in the same container (default: the model's 'repeat', "
+                             "else 1); performance is the median, with n, mean, stddev, CV, min, max and a 95%% CI")
+    parser.add_argument("--warmup-runs", type=_count, default=0, metavar="K",
+                        help="run each model's script K times first and discard those runs (default 0)")
     parser.add_argument("--timeout", type=_timeout, default=-1, metavar="SECONDS",
                         help="limit for each model script: -1 = the model's 'timeout' or 7200 s (default), 0 = never")
     parser.add_argument("--live-output", "-l", action="store_true", help="stream model and build output to stderr")
@@ -75,6 +80,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tools config (default: tools.json of the model repository)")
     parser.add_argument("--force-mirror-local", default=None, metavar="DIR",
                         help="mirror every non-local data provider's data into DIR and reuse it")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -152,7 +167,8 @@ def run_options(args: argparse.Namespace):
         keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
-        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), trace=not args.no_trace,
+        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
+        warmup_runs=args.warmup_runs, trace=not args.no_trace,
         trace_file=Path(args.trace) if args.trace else None)
 
 
@@ -182,6 +198,8 @@ def print_summary(env: Environment, records) -> None:
     rows = []
     for r in records:
         perf = f"{r.performance:g}" if isinstance(r.performance, float) else (r.performance or "")
+        if str(r.perf_n) not in ("", "1") and r.perf_cv not in ("", None):
+            perf += f" (n={r.perf_n}, cv {float(r.perf_cv):.1%})"
         duration = f"{r.test_duration:.2f}" if isinstance(r.test_duration, float) else ""
         label = r.model + (f" [{r.tag_configs}]" if getattr(r, "tag_configs", "") else "")
         rows.append((label, r.docker_image or r.executor, r.status, perf, r.metric, duration, r.reason))
