@@ -26,7 +26,7 @@ from madengine.core.ids import machine_name
 from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
 from madengine.distributed import transport
-from madengine.distributed.options import DEFAULT_MANIFEST, TransportOptions
+from madengine.distributed.options import TransportOptions
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.plan import image_key
 

@@ -34,9 +34,9 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     if request.transport.manifest_file and options.executor == "local":
         raise InputError("a manifest run runs the manifest's images, which needs Docker", path="--executor",
                          hint="use --executor docker (or auto)")
-    if options.executor == "slurm":
-        return _run_on_slurm(request, host, reporter)
     selection = select(options.tags, request.transport.manifest_file)
+    if options.executor == "slurm":
+        return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))
     run_id = new_run_id()
     run_dir = Path(options.runs_dir) / run_id
@@ -155,10 +155,19 @@ def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter) -> None
         return
 
 
-def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter) -> RunSummary:
+def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection: Selection) -> RunSummary:
+    """Each task is a ``slurm_task`` span of this run's trace, and its own trace (written on its
+    node) merges into the job folder's trace.json."""
     from madengine.distributed.slurm import SlurmRun, run_on_slurm
 
-    selection = select(request.run.tags, request.transport.manifest_file)
-    return run_on_slurm(SlurmRun(run=request.run, build=request.build, transport=request.transport,
-                                 slurm=request.slurm, catalog=selection.catalog, models=selection.models,
-                                 command_line=host.command_line), reporter, host)
+    tracer = start_tracer(request.run, host, reporter, "slurm")
+    summary = None
+    try:
+        with tracer.span(names.SPAN_RUN, {names.ATTR_EXECUTOR: "slurm"}):
+            summary = run_on_slurm(SlurmRun(run=request.run, build=request.build, transport=request.transport,
+                                            slurm=request.slurm, catalog=selection.catalog, models=selection.models,
+                                            command_line=host.command_line, tracer=tracer), reporter, host)
+    finally:
+        if summary is not None and not request.slurm.dry_run:
+            summary.trace = finish_tracer(tracer, request.run, summary.run_dir, host, reporter)
+    return summary
