@@ -223,13 +223,13 @@ def test_operator_table_drops_warmup_runs(tmp_path):
 def test_measure_counts_and_min_time():
     calls = []
 
-    def run(outputs, feeds):
-        calls.append(feeds)
+    def run():
+        calls.append("feeds")
 
-    timing = engine.measure(run, "feeds", warmup=3, iterations=7)
+    timing = engine.measure(run, warmup=3, iterations=7)
     assert len(calls) == 10 and len(timing.latencies_ms) == 7 and timing.first_inference_ms is not None
     calls.clear()
-    timing = engine.measure(run, "feeds", warmup=0, min_time=0.01, min_iterations=5)
+    timing = engine.measure(run, warmup=0, min_time=0.01, min_iterations=5)
     assert len(timing.latencies_ms) >= 5 and timing.wall_s >= 0.01 and len(calls) == len(timing.latencies_ms)
 
 
