@@ -236,7 +236,7 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                reporter: Reporter) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
-    artifacts = _unused_folder(summary.run_dir / _folder_name(entry.name, short))
+    artifacts = unused_folder(summary.run_dir / folder_name(entry.name, short))
     started_at = utc_now()
     started = time.monotonic()
     options = engine.BenchOptions(
@@ -296,20 +296,27 @@ def _with_prepared(options: engine.BenchOptions, prepared: prepared_cache.Prepar
 
 
 def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str) -> PerfRecord:
+    record = bench_record(entry.name, engine.GPU_VENDORS.get(plan.provider, "CPU"), run_id=run_id,
+                          started_at=started_at, environ=request.environ, command_line=request.command_line)
+    record.args, record.tags = _args_text(entry, plan, request), entry.set
+    return record
+
+
+def bench_record(model: str, vendor: str, *, run_id: str, started_at: str, environ: Mapping[str, str],
+                 command_line: str) -> PerfRecord:
+    """A FAILURE record with the columns every ``bench`` row shares (executor ``bench``, machine, vendor...)."""
     from madengine import __version__
     from madengine.core.ids import machine_name
 
-    vendor = engine.GPU_VENDORS.get(plan.provider, "CPU")
     return PerfRecord(
-        model=entry.name, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1",
-        args=_args_text(entry, plan, request), tags=entry.set, machine_name=machine_name(),
-        gpu_architecture=_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
-        build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
-        started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
-        command_line=request.command_line)
+        model=model, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1", machine_name=machine_name(),
+        gpu_architecture=device_architecture(vendor), pipeline=environ.get("pipeline", ""),
+        build_number=environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
+        started_at=started_at, gpu_vendor=vendor, madengine_version=__version__, command_line=command_line)
 
 
-def _architecture(vendor: str) -> str:
+def device_architecture(vendor: str) -> str:
+    """The ``gpu_architecture`` cell: the machine type on CPU, the detected GPU's architecture otherwise."""
     if vendor == "CPU":
         return platform.machine()
     from madengine.context.detect import detect_gpus
@@ -337,7 +344,7 @@ def _args_text(entry: ModelEntry, plan: _Plan, request: BenchRequest) -> str:
     return " ".join(parts)
 
 
-def _unused_folder(path: Path) -> Path:
+def unused_folder(path: Path) -> Path:
     """``path``, or ``path_2``, ``path_3``... when a model is benchmarked twice in one run."""
     candidate, number = path, 1
     while candidate.exists():
@@ -347,5 +354,5 @@ def _unused_folder(path: Path) -> Path:
     return candidate
 
 
-def _folder_name(name: str, provider: str) -> str:
+def folder_name(name: str, provider: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"bench_{name}_{provider}").strip("_")

@@ -19,7 +19,7 @@ from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus, MadEngineError
 from madengine.core.redact import redact
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench")
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "cache")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded
