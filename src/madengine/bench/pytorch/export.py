@@ -13,10 +13,16 @@ Method (each step's output is kept in the build folder, its log in ``log_export.
    one its opsets need (``onnx.helper.find_min_ir_version_for``), which every onnxruntime that
    knows the opset loads. The TorchScript exporter (``dynamo=False``) is not used: it cannot trace
    transformers 5's models.
-3. **Optimise**: an ONNX Runtime session at ``ORT_ENABLE_BASIC`` on the CPU provider writes the
-   optimised graph (``SessionOptions.optimized_model_filepath``). Basic optimisations
-   (constant folding, redundant-node removal) are the same on every machine; the hardware-specific
-   ``ORT_ENABLE_ALL`` ones happen when a benchmark session is created.
+3. **Optimise**: an ONNX Runtime session at ``ORT_ENABLE_EXTENDED`` on the benchmark's provider
+   (with CPU as fallback for nodes it cannot run) writes the optimised graph
+   (``SessionOptions.optimized_model_filepath``): constant folding and redundant-node removal,
+   then that provider's fusions (GELU, LayerNorm, Attention, MatMul+Add...). They do not depend on
+   the machine, so the build can be cached; the machine-specific layout optimisations of
+   ``ORT_ENABLE_ALL`` happen when a benchmark session is created (as for ``madengine bench
+   model.onnx``). An extended graph holds the provider's own fused operators, so the provider is
+   part of the build's settings. (``ORT_ENABLE_BASIC`` offline is not used: onnxruntime 1.32
+   cannot apply its extended fusions to some basic-optimised graphs afterwards, e.g. BERT's —
+   "Attempt to replace the existing tensor".)
 4. **fp16** (``--fp16``): ``onnxruntime.transformers.float16.convert_float_to_float16`` with
    ``keep_io_types=True``: weights and compute in float16, inputs and outputs stay float32 (Cast
    nodes at the edges), so the same inputs feed it and its outputs compare with eager's fp32
@@ -31,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -41,7 +48,7 @@ from madengine.bench.backends.torch_eager import eval_mode, flatten_outputs, ten
 #: the default ONNX opset of exports; torch's exporter targets 18 and converts others down
 DEFAULT_OPSET = 18
 EXPORTER = "torch.onnx.export(dynamo=True)"
-OPTIMIZATION = "ORT_ENABLE_BASIC"
+OPTIMIZATION = "ORT_ENABLE_EXTENDED"
 #: above this many bytes of weights, ONNX files keep them in external data (protobuf's 2 GB limit)
 EXTERNAL_DATA_BYTES = 1_800_000_000
 
@@ -56,9 +63,11 @@ class ExportSettings:
 
     opset: int = DEFAULT_OPSET
     fp16: bool = False
+    provider: str = "CPUExecutionProvider"  # the provider the graph is optimised for (and benchmarked on)
 
     def key(self) -> dict[str, Any]:
-        return {"exporter": EXPORTER, "opset": self.opset, "optimization": OPTIMIZATION, "fp16": self.fp16}
+        return {"exporter": EXPORTER, "opset": self.opset, "optimization": OPTIMIZATION, "provider": self.provider,
+                "fp16": self.fp16}
 
 
 @dataclasses.dataclass
@@ -133,7 +142,7 @@ def export(module: Any, example: Example, folder: Path, stem: str, settings: Exp
         _export_base(module, example, base, settings.opset)
         timings["export_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        input_names, output_names = _optimize(base, optimized)
+        input_names, output_names = _optimize(base, optimized, settings.provider)
         timings["optimize_s"] = time.perf_counter() - started
         converted = None
         if settings.fp16:
@@ -184,8 +193,8 @@ def _export_base(module: Any, example: Example, path: Path, opset: int) -> None:
         proto = program.model_proto
     except ExportError:
         raise
-    except Exception as exc:  # torch raises many types (TorchExportError, UnsupportedOperatorError, ...)
-        raise ExportError(f"torch.onnx.export failed: {one_line(exc)}") from None
+    except Exception as exc:  # torch raises many types (TorchExportError, ConversionError, ...)
+        raise ExportError(f"torch.onnx.export failed: {exporter_message(exc)}") from None
     proto.ir_version = onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
     if size > EXTERNAL_DATA_BYTES:
         onnx.save_model(proto, str(path), save_as_external_data=True, location=path.name + ".data")
@@ -193,16 +202,17 @@ def _export_base(module: Any, example: Example, path: Path, opset: int) -> None:
         onnx.save_model(proto, str(path))
 
 
-def _optimize(source: Path, target: Path) -> tuple[list[str], list[str]]:
-    """ORT basic optimisation (CPU provider), which also proves onnxruntime loads the export."""
+def _optimize(source: Path, target: Path, provider: str) -> tuple[list[str], list[str]]:
+    """ORT extended optimisation for ``provider`` (module doc), which also proves onnxruntime loads the export."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     options.optimized_model_filepath = str(target)
+    providers = list(dict.fromkeys([provider, "CPUExecutionProvider"]))
     try:
-        session = ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(source), options, providers=providers)
     except Exception as exc:
         raise ExportError(f"onnxruntime cannot load the export: {one_line(exc)}") from None
     return [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
@@ -264,8 +274,29 @@ def _captured_output(log_path: Path) -> Iterator[None]:
                 os.close(copy)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def exporter_message(exc: BaseException) -> str:
+    """The exporter's failure in one line: its own first sentence, then the root cause (the
+    exception at the end of the ``__cause__`` chain, which names the operator or the Python line
+    torch.export could not trace)."""
+    chain, seen, current = [], set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    outer, root = chain[0], chain[-1]
+    first = _ANSI.sub("", str(outer)).strip().split("\n")[0]
+    first = first.split(". ")[0].rstrip(".") + "."
+    text = f"{type(outer).__name__}: {first}"
+    if root is not outer:
+        text += f" Cause: {one_line(root, limit=400)}"
+    return " ".join(text.split())
+
+
 def one_line(exc: BaseException, limit: int = 500) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = " ".join(_ANSI.sub("", str(exc)).split()) or type(exc).__name__
     if not text.startswith(type(exc).__name__):
         text = f"{type(exc).__name__}: {text}"
     return text[:limit] + ("…" if len(text) > limit else "")

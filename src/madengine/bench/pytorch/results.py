@@ -157,11 +157,11 @@ class ScriptResult:
     models: list[ModelResult] = dataclasses.field(default_factory=list)
     error: str = ""  # the script's own exception, if it raised
     run_time_s: float = 0.0
-    failure: PerfRecord | None = None  # the script-level FAILURE row (raised before any model ran)
+    failures: list[PerfRecord] = dataclasses.field(default_factory=list)  # script-level FAILURE rows
 
     @property
     def ok(self) -> bool:
-        return not self.error and self.failure is None and all(m.ok for m in self.models)
+        return not self.error and not self.failures and all(m.ok for m in self.models)
 
     def to_json(self) -> dict[str, Any]:
         return {"script": str(self.path), "labels": {k: list(v) for k, v in self.labels.items()},
@@ -194,8 +194,7 @@ class ScriptBenchSummary:
     def records(self) -> list[PerfRecord]:
         rows = []
         for script in self.scripts:
-            if script.failure is not None:
-                rows.append(script.failure)
+            rows += script.failures
             for model in script.models:
                 rows += [r.record for r in model.results]
         return rows

@@ -149,7 +149,7 @@ def _start(request: ScriptRequest, reporter: Reporter) -> _Context:
     root = cache_root(request.environ, request.cache_dir)
     summary = ScriptBenchSummary(run_id=run_id, perf_csv=Path(request.output) if request.output else None,
                                  run_dir=Path(request.runs_dir) / run_id, cache_dir=root)
-    return _Context(request, reporter, summary, provider, export.ExportSettings(request.opset, request.fp16),
+    return _Context(request, reporter, summary, provider, export.ExportSettings(request.opset, request.fp16, provider),
                     export.versions(), tolerance, script_args)
 
 
@@ -249,25 +249,35 @@ def _run_script(spec: parsing.ScriptSpec, labels: dict, context: _Context) -> Sc
     reporter.message(f"madengine: {spec.path}: {len(analysis.found)} model(s) found in {analysis.run_time_s:.2f} s"
                      + (f"; the script raised: {analysis.error}" if analysis.error else ""))
     stem = spec.path.stem
-    if not analysis.found:
-        reason = (f"the script raised before any PyTorch model ran: {analysis.error}" if analysis.error
-                  else "no PyTorch model (torch.nn.Module with parameters) was called by the script")
-        script.failure = _failure_record(stem, "", reason, labels, context)
-        _append(context, [script.failure])
-        return script
-    missing = [h for h in spec.hashes if h not in {f.info.hash for f in analysis.found}]
-    if missing:
-        found = ", ".join(f.info.hash for f in analysis.found)
-        script.failure = _failure_record(f"{stem}::{missing[0]}", "",
-                                         f"no model with hash {', '.join(missing)} in the script (found: {found})",
-                                         labels, context)
-        _append(context, [script.failure])
+    for model, reason in _script_failures(spec, analysis):
+        script.failures.append(_failure_record(model or stem, reason, labels, context))
+    if not request.analyze_only:  # an analysis records nothing in perf.csv
+        _append(context, script.failures)
     if request.analyze_only:
         return script
     for found in analysis.found:
         if not spec.hashes or found.info.hash in spec.hashes:
             script.models.append(_run_found(found, stem, labels, context, source=str(spec.path)))
     return script
+
+
+def _script_failures(spec: parsing.ScriptSpec, analysis: Any) -> list[tuple[str, str]]:
+    """Script-level FAILURE rows (model name or "" for the script's stem, reason): no model found,
+    a selected hash not found, the script raising outside a model's failing call."""
+    stem = spec.path.stem
+    if not analysis.found:
+        return [("", f"the script raised before any PyTorch model ran: {analysis.error}" if analysis.error
+                 else "no PyTorch model (torch.nn.Module with parameters) was called by the script")]
+    failures = []
+    hashes = [f.info.hash for f in analysis.found]
+    missing = [h for h in spec.hashes if h not in hashes]
+    if missing:
+        failures.append((f"{stem}::{missing[0]}", f"no model with hash {', '.join(missing)} in the script "
+                                                  f"(found: {', '.join(hashes)})"))
+    in_model = any(f.info.error and f.info.error in analysis.error for f in analysis.found)
+    if analysis.error and not in_model:
+        failures.append(("", f"the script raised: {analysis.error}"))
+    return failures
 
 
 # -- one model ------------------------------------------------------------------------------------
@@ -317,8 +327,11 @@ def _build(found: Any, stem: str, example: Any, labels: dict, context: _Context,
         script_args=tuple(context.script_args), versions=context.versions)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with locked(folder):
+        existed = folder.is_dir()
         state = build_cache.read_state(folder)
         action, reasons = build_cache.decide(request.rebuild, state, key)
+        if not existed:
+            reasons = []
         if action in ("use", "use-stale"):
             if action == "use-stale":
                 reporter.message(f"madengine: warning: build {name} is stale ({'; '.join(reasons)}); used anyway "
@@ -331,7 +344,7 @@ def _build(found: Any, stem: str, example: Any, labels: dict, context: _Context,
                 return BuildInfo(name, folder, "hit" if action == "use" else "stale", final, tuple(reasons),
                                  timings=state.get("timings") or {})
             action, reasons = "rebuild", ["its ONNX file is missing"]
-        reporter.message(f"madengine: building {name}" + (f" ({'; '.join(reasons)})" if action == "rebuild" else ""))
+        reporter.message(f"madengine: building {name}" + (f" ({'; '.join(reasons)})" if reasons else ""))
         build_cache.reset_folder(folder)
         base_state = {"name": name, "status": "building", "key": key.to_json(), "created_at": utc_now(),
                       "model": {"script": source, "name": info.name, "class": info.model_class,
@@ -353,8 +366,8 @@ def _build(found: Any, stem: str, example: Any, labels: dict, context: _Context,
                                              onnx={"inputs": exported.input_names, "outputs": exported.output_names,
                                                    "leaf_names": example.leaf_names,
                                                    "sha256": engine.sha256_file(exported.final)}))
-        return BuildInfo(name, folder, "rebuilt" if action == "rebuild" and state is not None else "built",
-                         exported.final, tuple(reasons), timings=exported.timings)
+        return BuildInfo(name, folder, "rebuilt" if existed else "built", exported.final, tuple(reasons),
+                         timings=exported.timings)
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -499,12 +512,12 @@ def _failed(result: ModelResult, backend_id: str, reason: str, labels: dict, con
     return _finish(BackendResult(backend_id, record), result, context)
 
 
-def _failure_record(model: str, backend_id: str, reason: str, labels: dict, context: _Context) -> PerfRecord:
+def _failure_record(model: str, reason: str, labels: dict, context: _Context) -> PerfRecord:
     request = context.request
     record = bench_record(model, "CPU", run_id=context.summary.run_id, started_at=utc_now(), environ=request.environ,
                           command_line=request.command_line)
     record.args, record.tags, record.reason = _args_text(request, context), parsing.labels_text(labels), reason
-    set_identity(record, backend=backend_id)
+    set_identity(record, backend="")
     context.reporter.message(f"madengine: {model}: FAILURE ({reason})")
     return record
 
@@ -540,5 +553,5 @@ def _args_text(request: ScriptRequest, context: _Context) -> str:
 
 
 def _append(context: _Context, records: list[PerfRecord]) -> None:
-    if context.summary.perf_csv is not None:
+    if context.summary.perf_csv is not None and records:
         append_records(context.summary.perf_csv, records)

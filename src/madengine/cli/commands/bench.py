@@ -332,9 +332,8 @@ def render_script_table(summary) -> str:
                 else:
                     rows.append((record.model, model.info.name, result.backend, "", "", "", "", "", "", "", check,
                                  status))
-        if script.failure is not None:
-            rows.append((script.failure.model, "", "", "", "", "", "", "", "", "", "",
-                         f"{script.failure.status}: {script.failure.reason}"))
+        for failure in script.failures:
+            rows.append((failure.model, "", "", "", "", "", "", "", "", "", "", f"{failure.status}: {failure.reason}"))
     return table(("model", "name", "backend", "batch", "n", "mean_ms", "cv", "p50_ms", "p99_ms", "samples/s", "check",
                   "status"), rows, max_width=80)
 
