@@ -281,7 +281,11 @@ def analyze_call(model: Any, args: tuple, kwargs: dict) -> Analysis:
 
 @contextlib.contextmanager
 def _script_environment(path: Path, script_args: list[str]) -> Iterator[None]:
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    """The script's argv and path; afterwards madengine's are put back, and so is torch's thread
+    count (a script's ``torch.set_num_threads`` must not decide the benchmarks' threads)."""
+    import torch
+
+    saved_argv, saved_path, saved_threads = sys.argv[:], sys.path[:], torch.get_num_threads()
     sys.argv = [str(path), *script_args]
     sys.path.insert(0, str(path.parent))
     try:
@@ -290,6 +294,7 @@ def _script_environment(path: Path, script_args: list[str]) -> Iterator[None]:
     finally:
         sys.argv[:] = saved_argv
         sys.path[:] = saved_path
+        torch.set_num_threads(saved_threads)
 
 
 def script_error_text(exc: BaseException, path: Path) -> str:
