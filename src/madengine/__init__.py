@@ -15,9 +15,11 @@ API_NAMES = ("benchmark_model", "benchmark_script", "BackendResult", "BuildInfo"
 
 def __getattr__(name: str):
     if name in API_NAMES:
-        from madengine import api
+        # importlib, not an import statement: every module reads __version__ from here, and none of
+        # them depends on the API (the layers of docs/architecture.md put it above bench)
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module("madengine.api"), name)
     raise AttributeError(f"module 'madengine' has no attribute {name!r}")
 
 

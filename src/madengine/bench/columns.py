@@ -45,15 +45,28 @@ def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str 
         "input_shapes": result.get("input_shapes", ""),
         "warmup": result.get("warmup", ""),
     }
-    for column, key in _STATS.items():
-        columns[column] = significant(stats[key])
+    columns.update(latency_columns(stats))
     columns["session_create_ms"] = significant(result.get("session_create_ms"))
     columns["first_inference_ms"] = significant(result.get("first_inference_ms"))
     columns["prepared_cache"] = cache or result.get("prepared_cache", "off")
     return columns
 
 
+def latency_columns(stats: dict[str, Any]) -> dict[str, Any]:
+    """``latency_n`` … ``samples_per_second`` of a harness summary (the same names everywhere)."""
+    return {column: significant(stats[key]) for column, key in _STATS.items()}
+
+
 def performance(result: dict[str, Any], metric: str) -> tuple[float, str]:
     """perf.csv's ``performance`` and ``metric`` for ``metric`` = throughput | p50."""
     value, name = metric_value(result["stats"], metric)
     return significant(value), name
+
+
+def set_column(record: Any, name: str, value: Any) -> None:
+    """A standard column when perf.csv defines one of that name, else an extra column (``backend``
+    and ``tag_configs`` join the standard columns with the result identity)."""
+    if hasattr(record, name):
+        setattr(record, name, value)
+    else:
+        record.extra[name] = value

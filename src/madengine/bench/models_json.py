@@ -37,7 +37,7 @@ HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
 
 def onnx_step(spec: Any, root: Path, executor_name: str) -> Any:
     """The model step that benchmarks ``spec.model.onnx`` (and the files it needs in the work folder)."""
-    from madengine.execution.plan import Step
+    from madengine.core.spec import Step
 
     model = spec.model
     source = Path(root) / model.onnx

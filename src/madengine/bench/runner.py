@@ -296,27 +296,22 @@ def _with_prepared(options: engine.BenchOptions, prepared: prepared_cache.Prepar
 
 
 def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str) -> PerfRecord:
-    record = bench_record(entry.name, engine.GPU_VENDORS.get(plan.provider, "CPU"), run_id=run_id,
-                          started_at=started_at, environ=request.environ, command_line=request.command_line)
-    record.args, record.tags = _args_text(entry, plan, request), entry.set
-    return record
-
-
-def bench_record(model: str, vendor: str, *, run_id: str, started_at: str, environ: Mapping[str, str],
-                 command_line: str) -> PerfRecord:
-    """A FAILURE record with the columns every ``bench`` row shares (executor ``bench``, machine, vendor...)."""
     from madengine import __version__
     from madengine.core.ids import machine_name
 
+    vendor = engine.GPU_VENDORS.get(plan.provider, "CPU")
     return PerfRecord(
-        model=model, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1", machine_name=machine_name(),
-        gpu_architecture=device_architecture(vendor), pipeline=environ.get("pipeline", ""),
-        build_number=environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
-        started_at=started_at, gpu_vendor=vendor, madengine_version=__version__, command_line=command_line)
+        model=entry.name, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1",
+        args=_args_text(entry, plan, request), tags=entry.set, machine_name=machine_name(),
+        gpu_architecture=gpu_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
+        build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
+        started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
+        command_line=request.command_line)
 
 
-def device_architecture(vendor: str) -> str:
-    """The ``gpu_architecture`` cell: the machine type on CPU, the detected GPU's architecture otherwise."""
+def gpu_architecture(vendor: str) -> str:
+    """perf.csv ``gpu_architecture`` of a result on ``vendor``: the machine type for CPU, else the
+    detected GPU architecture."""
     if vendor == "CPU":
         return platform.machine()
     from madengine.context.detect import detect_gpus

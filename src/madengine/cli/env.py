@@ -7,17 +7,29 @@ Data goes to ``stdout``; progress and messages go to ``stderr``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import sys
-from typing import Mapping, TextIO
+from typing import Callable, Mapping, Sequence, TextIO
+
+from madengine.core import clock
+from madengine.core.host import Host
 
 
 @dataclasses.dataclass
 class Environment:
     stdout: TextIO = dataclasses.field(default_factory=lambda: sys.stdout)
     stderr: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
+    stdin: TextIO = dataclasses.field(default_factory=lambda: sys.stdin)
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: os.environ)
+    #: the command's arguments (after the program name); ``main`` sets them
+    argv: Sequence[str] = ()
+    clock: Callable[[], datetime.datetime] = clock.now
     quiet: bool = False
+
+    def host(self) -> Host:
+        """What the core may read of this environment (variables, arguments, stdin, clock)."""
+        return Host(environ=self.environ, argv=tuple(self.argv), stdin=self.stdin, clock=self.clock)
 
     def message(self, text: str) -> None:
         """A progress line or notice, on stderr."""

@@ -42,9 +42,6 @@ class ImportRow:
     def group(self) -> GroupKey:
         return (self.cells["model"], self.cells["gpu_architecture"], self.cells["base_docker"])
 
-    def as_perf_row(self) -> dict[str, str]:
-        return {**self.cells, **self.extra}
-
 
 def now_text() -> str:
     """``created_date`` of imported rows: UTC, the original tool's ``%Y-%m-%d %H:%M:%S``."""

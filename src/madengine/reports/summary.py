@@ -69,10 +69,6 @@ class Summary:
     def success_rate(self) -> float | None:
         return self.counts[Status.SUCCESS] / self.total if self.total else None
 
-    @property
-    def has_history(self) -> bool:
-        return len(self.runs) >= 2
-
 
 def as_float(text: str) -> float | None:
     try:

@@ -79,6 +79,11 @@ def build_folder(root: Path, name: str) -> Path:
     return builds_dir(root) / name
 
 
+def lock_path(root: Path, name: str) -> Path:
+    """The lock file that serialises builds of ``name`` (beside the build folder, not inside it)."""
+    return builds_dir(root) / f"{name}.lock"
+
+
 def read_state(folder: Path) -> dict[str, Any] | None:
     """The build's state, or None when missing or unreadable (an unreadable state is a stale build)."""
     try:
@@ -176,8 +181,7 @@ def delete_build(root: Path, name: str) -> bool:
     if not folder.is_dir() or folder.parent != builds_dir(root):
         return False
     shutil.rmtree(folder)
-    lock = builds_dir(root) / f"{name}.lock"
-    lock.unlink(missing_ok=True)
+    lock_path(root, name).unlink(missing_ok=True)
     return True
 
 

@@ -34,17 +34,18 @@ from typing import Any, Mapping
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
-from madengine.bench.columns import bench_columns, performance, significant
+from madengine.bench.columns import bench_columns, performance, set_column, significant
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import (
     BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult,
 )
-from madengine.bench.runner import bench_record, folder_name, unused_folder
+from madengine.bench.runner import folder_name, gpu_architecture, unused_folder
 from madengine.core.clock import utc_now
 from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
+from madengine.results.record import Provenance, RecordFactory
 
 TORCH_HINT = "pip install 'madengine[torch]' (torch, onnxscript, transformers)"
 EAGER = "torch-eager"
@@ -95,6 +96,7 @@ class _Context:
     versions: dict[str, str]
     tolerance: Any  # correctness.Tolerance
     script_args: list[str]
+    records: RecordFactory  # every row's provenance (run id, machine, command line...)
 
 
 # -- entry points ----------------------------------------------------------------------------------
@@ -130,7 +132,7 @@ def run_model(model: Any, args: tuple, kwargs: dict, name: str, request: ScriptR
 def _start(request: ScriptRequest, reporter: Reporter) -> _Context:
     from madengine.bench.correctness import Tolerance
     from madengine.bench.pytorch import export
-    from madengine.core.ids import new_run_id
+    from madengine.core.ids import machine_name, new_run_id
 
     _check(request)
     script_args = parsing.parse_script_args(request.script_args)
@@ -149,8 +151,10 @@ def _start(request: ScriptRequest, reporter: Reporter) -> _Context:
     root = cache_root(request.environ, request.cache_dir)
     summary = ScriptBenchSummary(run_id=run_id, perf_csv=Path(request.output) if request.output else None,
                                  run_dir=Path(request.runs_dir) / run_id, cache_dir=root)
+    provenance = Provenance.of(run_id=run_id, executor="bench", command_line=request.command_line,
+                               environ=request.environ, context={}, machine_name=machine_name())
     return _Context(request, reporter, summary, provider, export.ExportSettings(request.opset, request.fp16, provider),
-                    export.versions(), tolerance, script_args)
+                    export.versions(), tolerance, script_args, RecordFactory(provenance, utc_now))
 
 
 def _check(request: ScriptRequest) -> None:
@@ -325,8 +329,7 @@ def _build(found: Any, stem: str, example: Any, labels: dict, context: _Context,
         code_sha256=hashing.code_digest(found.module), weights_sha256=hashing.weights_digest(found.module),
         inputs="\n".join(i.text() for i in info.inputs), settings=context.settings.key(),
         script_args=tuple(context.script_args), versions=context.versions)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with locked(folder):
+    with locked(build_cache.lock_path(root, name)):
         existed = folder.is_dir()
         state = build_cache.read_state(folder)
         action, reasons = build_cache.decide(request.rebuild, state, key)
@@ -491,19 +494,23 @@ def _ort_backend_id(provider: str) -> str:
 # -- records ---------------------------------------------------------------------------------------
 def _record(result: ModelResult, backend_id: str, vendor: str, labels: dict, context: _Context,
             started_at: str) -> PerfRecord:
-    request, info = context.request, result.info
-    record = bench_record(result.perf_model, vendor, run_id=context.summary.run_id, started_at=started_at,
-                          environ=request.environ, command_line=request.command_line)
-    record.args = _args_text(request, context)
-    record.tags = parsing.labels_text(labels)
-    set_identity(record, backend=backend_id)
+    info = result.info
+    record = _new_record(result.perf_model, vendor, labels, context, started_at=started_at)
+    set_column(record, "backend", backend_id)
     record.extra.update({"script": result.perf_model.split("::")[0], "model_name": info.name,
                          "model_class": info.model_class, "model_hash": info.hash, "parameters": info.parameters,
                          "build_name": result.build.name if result.build else "",
                          "build_cache": result.build.status if result.build else "",
-                         "torch_version": context.versions["torch"], "onnx_opset": request.opset,
-                         "fp16": request.fp16})
+                         "torch_version": context.versions["torch"], "onnx_opset": context.request.opset,
+                         "fp16": context.request.fp16})
     return record
+
+
+def _new_record(model: str, vendor: str, labels: dict, context: _Context, **values: Any) -> PerfRecord:
+    """A FAILURE record with the command's provenance, the device's columns, the workload's args and the labels."""
+    return context.records.new(model, Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1", gpu_vendor=vendor,
+                               gpu_architecture=gpu_architecture(vendor), args=_args_text(context.request, context),
+                               tags=parsing.labels_text(labels), **values)
 
 
 def _failed(result: ModelResult, backend_id: str, reason: str, labels: dict, context: _Context) -> BackendResult:
@@ -513,22 +520,10 @@ def _failed(result: ModelResult, backend_id: str, reason: str, labels: dict, con
 
 
 def _failure_record(model: str, reason: str, labels: dict, context: _Context) -> PerfRecord:
-    request = context.request
-    record = bench_record(model, "CPU", run_id=context.summary.run_id, started_at=utc_now(), environ=request.environ,
-                          command_line=request.command_line)
-    record.args, record.tags, record.reason = _args_text(request, context), parsing.labels_text(labels), reason
-    set_identity(record, backend="")
+    record = _new_record(model, "CPU", labels, context, reason=reason)
+    set_column(record, "backend", "")
     context.reporter.message(f"madengine: {model}: FAILURE ({reason})")
     return record
-
-
-def set_identity(record: PerfRecord, **values: str) -> None:
-    """Identity columns (``backend``, ``tag_configs``): attributes once perf.csv has them, extras before."""
-    for name, value in values.items():
-        if hasattr(record, name):
-            setattr(record, name, value)
-        else:
-            record.extra[name] = value
 
 
 def _args_text(request: ScriptRequest, context: _Context) -> str:

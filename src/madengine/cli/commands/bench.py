@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from madengine.cli.env import CliReporter, Environment
@@ -95,6 +93,17 @@ def _providers(text: str) -> list[str]:
     return names
 
 
+def add_timing_arguments(parser: argparse.ArgumentParser, *, threads_help: str) -> None:
+    """--warmup, --iterations | --min-time, --threads, --seed: the harness's timing (bench and scorecard)."""
+    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
+    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
+                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
+    parser.add_argument("--threads", type=_count(1), metavar="N", help=threads_help)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmark ONNX models on ONNX Runtime, record them in perf.csv",
                                    description=DESCRIPTION, epilog=EXAMPLES,
@@ -114,14 +123,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="whole shape of one input (command-line models)")
     parser.add_argument("--axes", type=_assignment, action="append", default=[], metavar="NAME=N",
                         help="size of one named dynamic axis (command-line models)")
-    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
-    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
-                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
-    parser.add_argument("--threads", type=_count(1), metavar="N",
-                        help="intra-op threads (default: onnxruntime's, one per physical core)")
-    parser.add_argument("--seed", type=int, help="seed of the generated inputs (default 0; .onnx models)")
+    add_timing_arguments(parser, threads_help="intra-op threads (default: onnxruntime's, one per physical core)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
@@ -174,10 +176,9 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         models=list(args.models), suite=args.suite,
         providers=[p for group in (args.provider or [["cpu"]]) for p in group],
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
-        iterations=args.iterations, min_time=args.min_time, threads=args.threads,
-        seed=args.seed if args.seed is not None else 0, profile=args.profile, metric=args.metric,
-        output=Path(args.output), runs_dir=Path(args.runs_dir), use_cache=not args.no_cache,
-        command_line=_command_line(), environ=environ)
+        iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
+        profile=args.profile, metric=args.metric, output=Path(args.output), runs_dir=Path(args.runs_dir),
+        use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ)
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
     if args.json:
@@ -190,17 +191,13 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     return ExitStatus.FAILED if summary.failed else ExitStatus.OK
 
 
-def _command_line() -> str:
-    return " ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]])
-
-
 def _is_script(text: str) -> bool:
     return text.endswith(".py") or ".py::" in text
 
 
 #: flags of the .onnx mode that mean nothing for scripts (shapes come from the script's own calls)
 _ONNX_ONLY = (("suite", "--suite"), ("batch_size", "--batch-size"), ("shape", "--shape"), ("axes", "--axes"),
-              ("seed", "--seed"), ("profile", "--profile"), ("no_cache", "--no-cache"))
+              ("profile", "--profile"), ("no_cache", "--no-cache"))
 _SCRIPT_ONLY = (("script_args", "--script-args"), ("max_depth", "--max-depth"), ("analyze_only", "--analyze-only"),
                 ("build_only", "--build-only"), ("fp16", "--fp16"), ("all_scripts", "--all"),
                 ("search_dir", "--search-dir"), ("labels", "--labels"), ("atol", "--atol"), ("rtol", "--rtol"))
@@ -230,6 +227,8 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
     for attribute, flag in _ONNX_ONLY:
         if getattr(args, attribute) not in (None, False, []):
             raise InputError("applies to .onnx models only (a script's shapes come from its own calls)", path=flag)
+    if any(a == "--seed" or a.startswith("--seed=") for a in getattr(args, "argv", [])):
+        raise InputError("applies to .onnx models only (a script's inputs are its own)", path="--seed")
     providers = [p for group in (args.provider or [["cpu"]]) for p in group]
     if len(providers) != 1:
         raise InputError("give one provider for scripts", path="--provider")
@@ -239,7 +238,7 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
         build_only=args.build_only, rebuild=args.rebuild, cache_dir=args.cache_dir, opset=args.opset, fp16=args.fp16,
         provider=providers[0], warmup=args.warmup, iterations=args.iterations, min_time=args.min_time,
         threads=args.threads, metric=args.metric, atol=args.atol, rtol=args.rtol, output=Path(args.output),
-        runs_dir=Path(args.runs_dir), command_line=_command_line(), environ=dict(env.environ))
+        runs_dir=Path(args.runs_dir), command_line=env.host().command_line, environ=dict(env.environ))
     summary = run_scripts(request, CliReporter(env))
     text = "\n\n".join(render_tree(script) for script in summary.scripts)
     if not args.analyze_only and summary.records:

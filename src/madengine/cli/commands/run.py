@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
@@ -38,13 +37,19 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
                         help="context overrides from a JSON file (applied before --additional-context)")
 
 
+def add_image_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="build images even when an image of the same build inputs exists (skipped by default)")
+    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_tags_argument(parser)
     parser.add_argument("--timeout", type=_timeout, default=-1, metavar="SECONDS",
                         help="limit for each model script: -1 = the model's 'timeout' or 7200 s (default), 0 = never")
     parser.add_argument("--live-output", "-l", action="store_true", help="stream model and build output to stderr")
-    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
-    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+    add_image_arguments(parser)
     add_context_arguments(parser)
     parser.add_argument("--generate-sys-env-details", nargs="?", const=True, default=False, type=_bool,
                         metavar="BOOL", help="collect host and container environment details into the run's artifacts")
@@ -103,26 +108,60 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
-def options_from_args(args: argparse.Namespace, argv_text: str):
+#: flags that mean something only with another flag: (flag, its argparse dest, when it applies)
+_SLURM_ONLY = (("--partition", "partition"), ("--nodes", "nodes"), ("--gpus-per-node", "gpus_per_node"),
+               ("--time", "time"), ("--slurm-args", "slurm_args"), ("--no-wait", "no_wait"), ("--dry-run", "dry_run"))
+_MANIFEST_ONLY = (("--registry", "registry"), ("--image-archive", "image_archive"))
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest)
+    return value is not None and value is not False
+
+
+def check_flags_apply(args: argparse.Namespace) -> None:
+    """A flag that does nothing for the chosen executor or mode is an error, never ignored."""
+    if args.executor != "slurm":
+        for flag, dest in _SLURM_ONLY:
+            if _given(args, dest):
+                raise InputError(f"{flag} applies only with --executor slurm", path=flag)
+    elif args.parallel > 1:
+        raise InputError("--parallel applies to docker and local runs; Slurm runs every task at once", path="--parallel")
+    if not args.manifest_file:
+        for flag, dest in _MANIFEST_ONLY:
+            if _given(args, dest):
+                raise InputError(f"{flag} applies only with --manifest-file (images of a build manifest)", path=flag)
+
+
+def run_options(args: argparse.Namespace):
     from madengine.execution import RunOptions
 
     return RunOptions(
-        tags=args.tags, timeout=None if args.timeout == -1 else args.timeout, live_output=args.live_output,
-        clean_docker_cache=args.clean_docker_cache, pull=args.pull, context_file=args.additional_context_file,
-        context_string=args.additional_context, generate_sys_env_details=args.generate_sys_env_details,
-        keep_alive=args.keep_alive, keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
+        tags=tuple(args.tags), timeout=None if args.timeout == -1 else args.timeout, live_output=args.live_output,
+        context_file=args.additional_context_file, context_string=args.additional_context,
+        generate_sys_env_details=args.generate_sys_env_details, keep_alive=args.keep_alive,
+        keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
-        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), command_line=argv_text,
-        manifest_file=getattr(args, "manifest_file", None), registry=getattr(args, "registry", None),
-        image_archive=getattr(args, "image_archive", None), parallel=getattr(args, "parallel", 1),
-        slurm={k: v for k, v in (("partition", getattr(args, "partition", None)),
-                                 ("nodes", getattr(args, "nodes", None)),
-                                 ("gpus_per_node", getattr(args, "gpus_per_node", None)),
-                                 ("time", getattr(args, "time", None)),
-                                 ("slurm_args", getattr(args, "slurm_args", None))) if v is not None},
-        no_wait=getattr(args, "no_wait", False), dry_run=getattr(args, "dry_run", False),
-    )
+        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir))
+
+
+def run_request(args: argparse.Namespace):
+    """The typed request of ``madengine run`` (flags checked first)."""
+    from madengine.distributed import ParallelOptions, SlurmOptions, TransportOptions
+    from madengine.execution import BuildOptions
+    from madengine.pipeline import RunRequest
+
+    check_flags_apply(args)
+    return RunRequest(
+        run=run_options(args),
+        build=BuildOptions(no_cache=args.clean_docker_cache, pull=args.pull, rebuild=args.rebuild,
+                           live_output=args.live_output),
+        transport=TransportOptions(manifest_file=args.manifest_file, registry=args.registry,
+                                   image_archive=args.image_archive),
+        parallel=ParallelOptions(workers=args.parallel),
+        slurm=SlurmOptions(partition=args.partition, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                           time=args.time, slurm_args=args.slurm_args, no_wait=args.no_wait, dry_run=args.dry_run))
 
 
 def print_summary(env: Environment, records) -> None:
@@ -137,10 +176,12 @@ def print_summary(env: Environment, records) -> None:
           file=env.stderr, flush=True)
 
 
-def exit_status(summary) -> ExitStatus:
+def exit_status(summary) -> int:
+    """130 after Ctrl-C (128 + N after signal N), 1 when any model failed or any row could not be
+    written to perf.csv, else 0."""
     if summary.interrupted:
-        return ExitStatus.INTERRUPTED
-    return ExitStatus.FAILED if summary.failed else ExitStatus.OK
+        return 128 + summary.signal if summary.signal else ExitStatus.INTERRUPTED
+    return ExitStatus.FAILED if summary.failed or summary.unrecorded else ExitStatus.OK
 
 
 def write_html(env: Environment, perf_csv: Path) -> None:
@@ -154,25 +195,15 @@ def write_html(env: Environment, perf_csv: Path) -> None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    if not args.tags and not getattr(args, "manifest_file", None):
-        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
-    argv_text = shlex.join(["madengine", *args.argv])
-    options = options_from_args(args, argv_text)
-    if args.executor == "slurm":
-        from madengine.distributed.slurm import run_on_slurm
+    from madengine.pipeline import run
 
-        summary = run_on_slurm(options, args, CliReporter(env))
-    else:
-        from madengine.execution import run_models
-
-        summary = run_models(options, CliReporter(env))
+    summary = run(run_request(args), env.host(), CliReporter(env))
     print_summary(env, summary.records)
     if summary.records and not args.no_html:
         write_html(env, summary.perf_csv)
     if args.json:
         env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    status = exit_status(summary)
-    counts = summary.to_json()["counts"]
+    counts = summary.counts()
     env.message(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
                 f"rows in {summary.perf_csv}; logs in {summary.run_dir}")
-    return status
+    return exit_status(summary)
