@@ -353,6 +353,7 @@ def test_all_scripts_of_a_folder_filtered_by_labels(tmp_path):
     (("{script}", "--rebuild", "sometimes"), "argument --rebuild: unknown rebuild policy 'sometimes'"),
     (("{script}", "model.onnx"), "give either .onnx models or .py scripts, not both"),
     (("{script}", "--shape", "x=1,2"), "--shape: applies to .onnx models only"),
+    (("{script}", "--seed=3"), "--seed: applies to .onnx models only"),
     (("{script}", "--labels", "noseparator"), "--labels: 'noseparator' is not KEY::VALUE[,VALUE...]"),
     (("{script}", "--provider", "cuda"), "--provider: cuda (CUDAExecutionProvider) is not offered"),
     (("model.onnx", "--fp16"), "--fp16: applies to Python scripts only"),

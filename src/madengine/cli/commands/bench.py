@@ -227,7 +227,7 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
     for attribute, flag in _ONNX_ONLY:
         if getattr(args, attribute) not in (None, False, []):
             raise InputError("applies to .onnx models only (a script's shapes come from its own calls)", path=flag)
-    if any(a == "--seed" or a.startswith("--seed=") for a in getattr(args, "argv", [])):
+    if any(a == "--seed" or a.startswith("--seed=") for a in env.argv or []):
         raise InputError("applies to .onnx models only (a script's inputs are its own)", path="--seed")
     providers = [p for group in (args.provider or [["cpu"]]) for p in group]
     if len(providers) != 1:
