@@ -136,8 +136,7 @@ def _start(request: ScriptRequest, reporter: Reporter) -> _Context:
 
     _check(request)
     script_args = parsing.parse_script_args(request.script_args)
-    rebuild = parsing.parse_rebuild(request.rebuild)
-    request.rebuild = rebuild
+    request = dataclasses.replace(request, rebuild=parsing.parse_rebuild(request.rebuild))  # the caller's stays
     _require_torch()
     ort = _require_onnxruntime()
     provider = _provider(request.provider, list(ort.get_available_providers()))

@@ -76,7 +76,8 @@ def _rebuild(text: str) -> str:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def _tolerance(text: str) -> float:
+def tolerance(text: str) -> float:
+    """--atol/--rtol: a finite number of 0 or more (bench SCRIPT.py and scorecard)."""
     try:
         value = float(text)
     except ValueError:
@@ -156,9 +157,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     scripts.add_argument("--labels", action="append", default=[], metavar="KEY::VALUE[,VALUE]",
                          help="only scripts whose '# labels:' line has one of these values for KEY (repeat for more "
                               "keys; all must match)")
-    scripts.add_argument("--atol", type=_tolerance, metavar="X",
+    scripts.add_argument("--atol", type=tolerance, metavar="X",
                          help="absolute tolerance of the ORT vs eager check (default 1e-3; 2e-2 with --fp16)")
-    scripts.add_argument("--rtol", type=_tolerance, metavar="X",
+    scripts.add_argument("--rtol", type=tolerance, metavar="X",
                          help="relative tolerance of the ORT vs eager check (default 1e-3; 2e-2 with --fp16)")
     parser.set_defaults(handler=handle)
 
