@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from madengine.cli.commands.bench import add_timing_arguments
+from madengine.cli.commands.bench import add_timing_arguments, tolerance
 from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus
 
@@ -38,16 +38,6 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a finite number of 0 or more")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("scorecard", help="ONNX models on several backends: outputs checked, "
                                                      "timings side by side",
@@ -61,9 +51,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "backends of this host's GPUs): onnxruntime-cpu-opt-disabled, onnxruntime-cpu-opt-all, "
                              "openvino-cpu, tvm-relax-llvm, onnxruntime-cuda, onnxruntime-tensorrt, openvino-gpu")
     add_timing_arguments(parser, threads_help="intra-op threads of every backend (default: each backend's own)")
-    parser.add_argument("--atol", type=_tolerance, metavar="X",
+    parser.add_argument("--atol", type=tolerance, metavar="X",
                         help="absolute tolerance for models that set none (default 1e-4)")
-    parser.add_argument("--rtol", type=_tolerance, metavar="X",
+    parser.add_argument("--rtol", type=tolerance, metavar="X",
                         help="relative tolerance for models that set none (default 1e-4)")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
                         help="perf.csv 'performance' of a PASS cell: samples/s (default) or p50 latency in ms")
