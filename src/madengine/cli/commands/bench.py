@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus, InputError
 
@@ -130,7 +131,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
                         help="perf.csv 'performance': samples/s (throughput, default) or p50 latency in ms")
     parser.add_argument("--no-cache", action="store_true", help="do not use or fill the prepared-model cache")
-    parser.add_argument("-o", "--output", default="perf.csv", metavar="CSV", help="perf.csv to append results to")
+    add_perf_csv_argument(parser, "-o", "--output")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="folder for per-run result JSON and profiles (default: madengine_runs)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
@@ -178,7 +179,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         providers=[p for group in (args.provider or [["cpu"]]) for p in group],
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
-        profile=args.profile, metric=args.metric, output=Path(args.output), runs_dir=Path(args.runs_dir),
+        profile=args.profile, metric=args.metric, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
         use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ)
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
@@ -238,7 +239,7 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
         script_args=args.script_args, max_depth=args.max_depth, analyze_only=args.analyze_only,
         build_only=args.build_only, rebuild=args.rebuild, cache_dir=args.cache_dir, opset=args.opset, fp16=args.fp16,
         provider=providers[0], warmup=args.warmup, iterations=args.iterations, min_time=args.min_time,
-        threads=args.threads, metric=args.metric, atol=args.atol, rtol=args.rtol, output=Path(args.output),
+        threads=args.threads, metric=args.metric, atol=args.atol, rtol=args.rtol, output=Path(args.perf_csv),
         runs_dir=Path(args.runs_dir), command_line=env.host().command_line, environ=dict(env.environ))
     summary = run_scripts(request, CliReporter(env))
     text = "\n\n".join(render_tree(script) for script in summary.scripts)

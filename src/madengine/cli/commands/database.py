@@ -59,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                 description="Import a perf.csv: rows already stored are skipped (content key), "
                                             "new SUCCESS rows get relative_change against the mean of the last 5 "
                                             "SUCCESS rows of the same model, GPU architecture and base image.")
-    update.add_argument("--csv-file-path", required=True, metavar="FILE", help="the perf.csv to import")
+    update.add_argument("--perf-csv", "--csv-file-path", dest="csv_file_path", required=True, metavar="FILE",
+                        help="the perf.csv to import")
     update.add_argument("--model-json-path", default=None, metavar="FILE",
                         help="models.json whose tags/args/n_gpus/training_precision fill empty cells")
     _table_option(update)

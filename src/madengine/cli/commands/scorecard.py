@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from madengine.cli.commands.bench import add_timing_arguments, tolerance
+from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus
 
@@ -60,7 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--image", metavar="IMAGE",
                         help="run each cell in a container of IMAGE (docker executor; never pulled); the image needs "
                              "python3, numpy and the backends' packages (docs/scorecard.md)")
-    parser.add_argument("-o", "--output", default="perf.csv", metavar="CSV", help="perf.csv to append results to")
+    add_perf_csv_argument(parser, "-o", "--output")
     parser.add_argument("--html", metavar="FILE", help="also write the scorecard as a self-contained HTML page")
     parser.add_argument("--db-url", metavar="URL", default=None,
                         help="also import the rows into this results database (default: MADENGINE_DB_URL when set)")
@@ -76,7 +77,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     request = ScorecardRequest(
         suite=args.suite, backends=args.backends, warmup=args.warmup, iterations=args.iterations,
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
-        rtol=args.rtol, image=args.image, output=Path(args.output), runs_dir=Path(args.runs_dir),
+        rtol=args.rtol, image=args.image, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
         command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]), environ=dict(env.environ))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
     if db_url:
