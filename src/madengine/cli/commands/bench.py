@@ -10,6 +10,7 @@ from pathlib import Path
 
 from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import CliReporter, Environment
+from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
 
 DESCRIPTION = """\
@@ -135,6 +136,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="folder for per-run result JSON and profiles (default: madengine_runs)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
     parser.add_argument("--cache-dir", metavar="DIR",
                         help="cache folder for builds and prepared models (default: $MADENGINE_CACHE_DIR, else "
                              "$XDG_CACHE_HOME/madengine, else ~/.cache/madengine)")
@@ -188,6 +190,8 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         env.data(json.dumps(summary.to_json(), indent=1, default=str))
     else:
         env.data(tables)
+    if summary.outcomes and not args.no_html:
+        write_html(env, summary.perf_csv)
     env.message(f"madengine: {len(summary.outcomes) - len(summary.failed)} succeeded, {len(summary.failed)} failed; "
                 f"rows in {summary.perf_csv}; results in {summary.run_dir}")
     return ExitStatus.FAILED if summary.failed else ExitStatus.OK
@@ -250,6 +254,8 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
         env.data(json.dumps(summary.to_json(), indent=1, default=str))
     else:
         env.data(text)
+    if summary.records and not args.no_html:
+        write_html(env, summary.perf_csv)
     found = sum(len(s.found) for s in summary.scripts)
     taken = sum(len(s.models) for s in summary.scripts)
     env.message(f"madengine: {len(summary.scripts)} script(s), {found} model(s) found"

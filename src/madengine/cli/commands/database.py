@@ -142,8 +142,8 @@ def handle_list_runs(args: argparse.Namespace, env: Environment) -> ExitStatus:
         return ExitStatus.OK
     from madengine.cli.render import table
 
-    rows = [(r.run_id, r.created_date, r.machine_name, r.models, r.rows, r.success, r.failure, r.skipped)
+    rows = [(r.run_id, r.started_at or "-", r.machine_name, r.models, r.rows, r.success, r.failure, r.skipped)
             for r in runs]
-    env.data(table(("run_id", "imported", "machine", "models", "rows", "success", "failure", "skipped"), rows))
+    env.data(table(("run_id", "started", "machine", "models", "rows", "success", "failure", "skipped"), rows))
     env.message(f"madengine: {len(runs)} run(s)")
     return ExitStatus.OK

@@ -6,11 +6,15 @@ import argparse
 import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from madengine.cli.commands import report_collect, report_trace_diff
-from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import Environment
+from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import CredentialError, ExitStatus, InputError
+
+if TYPE_CHECKING:
+    from madengine.reports.mail import SmtpSettings
 
 SMTP_ENV = ("MADENGINE_SMTP_HOST", "MADENGINE_SMTP_PORT", "MADENGINE_SMTP_TO", "MADENGINE_SMTP_FROM",
             "MADENGINE_SMTP_USER", "MADENGINE_SMTP_PASSWORD")

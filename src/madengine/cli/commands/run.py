@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
-from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import CliReporter, Environment
+from madengine.cli.flags import add_perf_csv_argument
+from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
 
 
@@ -232,16 +233,6 @@ def exit_status(summary) -> int:
     if summary.interrupted:
         return 128 + summary.signal if summary.signal else ExitStatus.INTERRUPTED
     return ExitStatus.FAILED if summary.failed or summary.unrecorded else ExitStatus.OK
-
-
-def write_html(env: Environment, perf_csv: Path) -> None:
-    try:
-        from madengine.reports.html import csv_to_html
-
-        page = csv_to_html(perf_csv)
-        env.message(f"madengine: report written to {page}")
-    except Exception as exc:  # a report problem never hides or changes the run's own result
-        env.message(f"madengine: warning: perf.html not written: {type(exc).__name__}: {exc}")
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:

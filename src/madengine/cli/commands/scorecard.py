@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from madengine.cli.commands.bench import add_timing_arguments, tolerance
-from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import CliReporter, Environment
+from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import ExitStatus
 
 DESCRIPTION = """\
