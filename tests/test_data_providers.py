@@ -111,7 +111,7 @@ def test_undefined_data_name_is_a_one_line_error_naming_data_json(repo, cli):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{not json", "data.json: not valid JSON"),
+    ("{not json", "data.json: malformed JSON at line 1"),
     ('{"dt_local": {"ftp": {"path": "/x"}}}', "data.json: dt_local.ftp: unknown provider type 'ftp'"),
     ('{"dt_local": {"local": {"path": "/x", "mirrorlocal": "/m"}}}', "data.json: dt_local.local.mirrorlocal:"),
     ('{"dt_local": {"local": {"path": "/x", "readwrite": "maybe"}}}', "data.json: dt_local.local.readwrite:"),

@@ -1,13 +1,21 @@
-"""Plain-text tables for the terminal."""
+"""Plain text for the terminal: one-line messages and tables."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 
+def one_line(text: str) -> str:
+    """``text`` with newlines and other control characters escaped (``\\n``, ``\\x1b``): a message
+    stays one line, and text from files or flags cannot move the cursor or recolour the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 60) -> str:
     def clip(value: object) -> str:
-        text = "" if value is None else str(value)
+        text = "" if value is None else one_line(str(value))
         return text if len(text) <= max_width else text[: max_width - 1] + "…"
 
     cells = [[clip(c) for c in row] for row in rows]

@@ -37,6 +37,36 @@ def dumps(value: Any, indent: bool = False) -> str:
     return json.dumps(value, indent=1 if indent else None)
 
 
+def json_problem(exc: BaseException) -> tuple[str, str]:
+    """The one-line message and hint for JSON text that ``json.loads`` refused with ``exc``.
+
+    Beyond syntax errors that covers what the parser raises on valid-looking text: a number of
+    more than Python's 4,300-digit conversion limit (``ValueError``) and nesting deeper than the
+    recursion limit (``RecursionError``).
+    """
+    if isinstance(exc, json.JSONDecodeError):
+        return f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "fix the JSON syntax"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text", "save the file as UTF-8"
+    if isinstance(exc, RecursionError):
+        return "malformed JSON: nested too deeply to read", "flatten the structure"
+    if "digits" in str(exc):  # the int-conversion limit
+        return "malformed JSON: a number has too many digits", "write a shorter number"
+    return f"malformed JSON: {str(exc).split(';')[0]}", "fix the value"
+
+
+def parse_json(data: bytes | str, *, shown: str, error: "type[MadEngineError] | None" = None) -> Any:
+    """Parse JSON text; every way it can be malformed becomes one typed error naming ``shown``
+    (``error``, default :class:`InputError`)."""
+    try:
+        return loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        from madengine.core.errors import InputError
+
+        message, hint = json_problem(exc)
+        raise (error or InputError)(message, path=shown, hint=hint) from None
+
+
 def read_json_file(path: "str | Path", *, error: "type[MadEngineError] | None" = None, shown: str | None = None,
                    missing: str = "file not found", hint: str | None = None) -> Any:
     """Parse a JSON file; every way it can be unreadable becomes one typed error naming the file.
@@ -57,10 +87,4 @@ def read_json_file(path: "str | Path", *, error: "type[MadEngineError] | None" =
         raise error("is a folder, not a JSON file", path=shown) from None
     except OSError as exc:
         raise error(f"cannot read ({exc.strerror})", path=shown) from None
-    try:
-        return loads(raw)
-    except json.JSONDecodeError as exc:
-        raise error(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
-                    hint="fix the JSON syntax") from None
-    except UnicodeDecodeError:
-        raise error("not UTF-8 text", path=shown) from None
+    return parse_json(raw, shown=shown, error=error)

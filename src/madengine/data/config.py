@@ -8,11 +8,12 @@ type and add new types. Providers are tried in :data:`PROVIDER_ORDER`, whatever 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from madengine.core.errors import ConfigError
+from madengine.core.jsonio import read_json_file
+from madengine.core.values import MAX_TIMEOUT, brief, seconds
 
 #: the order providers are tried in: a script the model repository ships, a host folder, then
 #: the network sources from the nearest (an on-site MinIO or NAS) to the farthest (AWS S3)
@@ -94,14 +95,8 @@ def load_data_config(file_name: str, context_data: Any, root: Path, explicit: bo
     path = data_config_path(file_name, root)
     shown = _shown(path, root)
     file_entries: Any = {}
-    if path.is_file():
-        try:
-            file_entries = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                              path=shown) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot be read ({exc})", path=shown) from None
+    if path.exists():  # a folder of that name is an error, not an absent file
+        file_entries = read_json_file(path, error=ConfigError, shown=shown)
     elif explicit:
         raise ConfigError("data config file not found", path=shown, hint="check --data-config-file-name")
     entries = _validated(file_entries, shown)
@@ -152,11 +147,10 @@ def _check_provider(config: ProviderConfig) -> None:
         if not isinstance(args, str) and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise config.error("must be a string or a list of strings", "args")
     if "timeout" in values:
-        try:
-            if isinstance(values["timeout"], bool) or float(values["timeout"]) <= 0:
-                raise ValueError
-        except (TypeError, ValueError):
-            raise config.error("must be a positive number of seconds", "timeout") from None
+        timeout = seconds(values["timeout"])
+        if not timeout:  # None (not a finite number in range) or 0
+            raise config.error(f"must be a positive number of seconds up to {MAX_TIMEOUT}, got "
+                               f"{brief(values['timeout'])}", "timeout")
     if config.type in ("aws", "minio"):
         from madengine.data.s3 import parse_s3_path
 

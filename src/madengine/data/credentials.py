@@ -25,7 +25,9 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from madengine.core.errors import CredentialError
+from madengine.core.jsonio import json_problem, read_json_file
 from madengine.core.redact import register_secret
+from madengine.core.values import brief, port_number
 
 CREDENTIAL_FILE = "credential.json"
 GITHUB_KEY = "PUBLIC_GITHUB_ROCM_KEY"
@@ -93,12 +95,12 @@ class Credentials:
             text = self.environ[name]
             try:
                 value = json.loads(text)
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:
                 if name == GITHUB_KEY and text.strip() and not text.lstrip().startswith(("{", "[")):
                     value = text.strip()  # a bare token is accepted for the GitHub key
                 else:
-                    raise CredentialError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                          path=f"environment variable {name}") from None
+                    message, hint = json_problem(exc)
+                    raise CredentialError(message, path=f"environment variable {name}", hint=hint) from None
             register_entry_secrets(value, "password" if isinstance(value, str) else "")
             return value
         return self.entries.get(name)
@@ -199,12 +201,10 @@ class NasNode:
         host = values.get("HOST") or values.get("IP") or ""
         if not host:
             raise CredentialError("needs a HOST", path=where, field=field)
-        try:
-            port = int(values.get("PORT", 22))
-        except (TypeError, ValueError):
-            raise CredentialError("must be a port number", path=where, field=f"{field}.PORT") from None
-        if isinstance(values.get("PORT"), bool) or not 0 < port < 65536:
-            raise CredentialError("must be a port number", path=where, field=f"{field}.PORT")
+        port = port_number(values.get("PORT", 22))
+        if port is None:
+            raise CredentialError(f"must be a port number (1-65535), got {brief(values.get('PORT'))}", path=where,
+                                  field=f"{field}.PORT")
         username = values.get("USERNAME", "")
         if not username:
             raise CredentialError("needs a USERNAME", path=where, field=field)
@@ -233,16 +233,8 @@ def load_credentials(path: Path | None = None, environ: Mapping[str, str] | None
     path = Path(path) if path is not None else credential_file()
     shown = _shown(path)
     entries: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise CredentialError("is not UTF-8 text", path=shown) from None
-        except json.JSONDecodeError as exc:
-            raise CredentialError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                                  path=shown) from None
-        except OSError as exc:
-            raise CredentialError(f"cannot be read ({exc.strerror})", path=shown) from None
+    if path.exists():  # a folder of that name is an error, not an absent file
+        data = read_json_file(path, error=CredentialError, shown=shown)
         if not isinstance(data, dict):
             raise CredentialError(f"must hold a JSON object keyed by credential name, got {_json_type(data)}",
                                   path=shown)

@@ -36,7 +36,7 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def _parse_header_line(line: str) -> list[str]:
-    return [name.strip() for name in next(csv.reader([line]), [])]
+    return [name.strip() for name in next(csv.reader([line], strict=True), [])]
 
 
 @contextlib.contextmanager
@@ -48,30 +48,35 @@ def csv_input_errors(path: Path) -> Iterator[None]:
         raise InputError("file not found", path=str(path)) from None
     except IsADirectoryError:
         raise InputError("is a folder, not a CSV file", path=str(path)) from None
+    except PermissionError:
+        raise InputError("permission denied", path=str(path), hint="check the file's permissions") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
     except csv.Error as exc:
-        raise InputError(f"malformed CSV ({exc})", path=str(path)) from None
+        raise InputError(f"malformed CSV ({exc})", path=str(path), hint="check the quoting of that line") from None
+
+
+def csv_rows(handle) -> Iterator[list[str]]:
+    """The rows of a CSV opened with ``newline=""``, read strictly: a quote left open or text after
+    a closing quote is an error (``csv.Error``), not a row made of the rest of the file."""
+    return csv.reader(handle, strict=True)
 
 
 def read_header(path: Path) -> list[str]:
     """The column names of an existing CSV (whitespace stripped); [] when missing or empty."""
     path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            first = handle.readline()
-    except FileNotFoundError:
+    if not path.exists():
         return []
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
-    return _parse_header_line(first) if first.strip() else []
+    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
+        first = handle.readline()
+        return _parse_header_line(first) if first.strip() else []
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
     """Every row of a CSV as dicts keyed by stripped column names."""
     path = Path(path)
     with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
+        reader = csv_rows(handle)
         header = [name.strip() for name in next(reader, [])]
         rows = []
         for line_no, cells in enumerate(reader, start=2):
