@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from madengine.core.errors import CatalogError
+from madengine.core.redact import register_url_secrets
 from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
 
 _STRING_FIELDS = ("dockerfile", "dockercontext", "scripts", "data", "cred", "url", "multiple_results",
@@ -175,6 +176,8 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
             state["timeout"] = _as_timeout(value, source, name)
         elif field != "name":
             extra[field] = value
+    if "@" in state["url"]:  # https://user:password@host/repo.git: the password is a secret from now on
+        register_url_secrets(state["url"])
     if not state["scripts"] and not state["onnx"]:
         raise _fail(source, name, "scripts", "is required (a .sh/.py file or a directory with run.sh)")
     state["name"] = name

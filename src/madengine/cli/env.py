@@ -1,7 +1,8 @@
 """The environment a command runs in: its streams and variables.
 
 Injected so that the CLI runs in-process in tests exactly as it does in a shell.
-Data goes to ``stdout``; progress and messages go to ``stderr``.
+Data goes to ``stdout``; progress and messages go to ``stderr``; both pass through secret
+redaction (registered secrets and URL passwords), so no command prints a credential.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import dataclasses
 import os
 import sys
 from typing import Mapping, TextIO
+
+from madengine.core.redact import redact
 
 
 @dataclasses.dataclass
@@ -22,11 +25,11 @@ class Environment:
     def message(self, text: str) -> None:
         """A progress line or notice, on stderr."""
         if not self.quiet:
-            print(text, file=self.stderr, flush=True)
+            print(redact(text), file=self.stderr, flush=True)
 
     def data(self, text: str) -> None:
         """Machine- or human-readable output of the command, on stdout."""
-        print(text, file=self.stdout, flush=True)
+        print(redact(text), file=self.stdout, flush=True)
 
     @property
     def debug(self) -> bool:
@@ -44,7 +47,7 @@ class CliReporter:
         self.env.message(text)
 
     def output(self, key: str, line: str) -> None:
-        print(f"[{key}] {line}", file=self.env.stderr, flush=True)
+        print(redact(f"[{key}] {line}"), file=self.env.stderr, flush=True)
 
     def data(self, text: str) -> None:
         self.env.data(text)

@@ -14,11 +14,16 @@ from typing import Any, Mapping
 from madengine.core.errors import ConfigError
 from madengine.core.jsonio import read_json_file
 from madengine.core.values import MAX_TIMEOUT, brief, seconds
+from madengine.data.credentials import register_entry_secrets
 
 #: the order providers are tried in: a script the model repository ships, a host folder, then
 #: the network sources from the nearest (an on-site MinIO or NAS) to the farthest (AWS S3)
 PROVIDER_ORDER = ("custom", "local", "minio", "nas", "aws")
 DEFAULT_DATA_FILE = "data.json"
+#: provider settings that name places and options; the value of any other setting (a password, a
+#: key, a token a provider might take) is registered as a secret, and so is every URL's password
+PLAIN_SETTINGS = frozenset({"path", "home", "mirrorlocal", "readwrite", "region", "endpoint", "known_hosts",
+                            "host_key_fingerprint", "timeout", "args"})
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
 
@@ -121,6 +126,7 @@ def _validated(data: Any, source: str) -> dict[str, dict[str, ProviderConfig]]:
                                   hint="known: " + ", ".join(PROVIDER_ORDER))
             if not isinstance(values, Mapping):
                 raise ConfigError("must be an object", path=source, field=f"{name}.{ptype}")
+            register_entry_secrets(values, plain=PLAIN_SETTINGS)  # before a check can quote a value
             config = ProviderConfig(str(name), ptype, dict(values), source)
             _check_provider(config)
             out[str(name)][ptype] = config

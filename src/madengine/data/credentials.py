@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from madengine.core.errors import CredentialError
 from madengine.core.jsonio import json_problem, read_json_file
-from madengine.core.redact import register_secret
+from madengine.core.redact import register_secret, register_url_secrets
 from madengine.core.values import brief, port_number
 
 CREDENTIAL_FILE = "credential.json"
@@ -61,20 +61,21 @@ def credential_file(root: Path | None = None) -> Path:
     return Path(root) / CREDENTIAL_FILE
 
 
-def _is_secret_field(key: str) -> bool:
-    return key.lower() not in NON_SECRET_FIELDS
-
-
-def register_entry_secrets(value: Any, key: str = "") -> None:
-    """Register the secret values inside one entry (nested objects and lists included)."""
+def register_entry_secrets(value: Any, key: str = "", plain: frozenset[str] = NON_SECRET_FIELDS) -> None:
+    """Register the secret values inside one entry (nested objects and lists included): every value
+    of a field not in ``plain``, and the password of every URL in any string (an endpoint's
+    ``http://user:password@host`` included)."""
     if isinstance(value, Mapping):
         for sub_key, sub_value in value.items():
-            register_entry_secrets(sub_value, str(sub_key))
+            register_entry_secrets(sub_value, str(sub_key), plain)
     elif isinstance(value, list):
         for item in value:
-            register_entry_secrets(item, key)
-    elif isinstance(value, (str, int, float)) and not isinstance(value, bool) and key and _is_secret_field(key):
-        register_secret(value)
+            register_entry_secrets(item, key, plain)
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if key and key.lower() not in plain:
+            register_secret(value)
+        else:
+            register_url_secrets(value)
 
 
 @dataclasses.dataclass
