@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections import Counter
 
 from madengine.reports.metrics import format_number, lower_is_better
@@ -83,10 +84,14 @@ class LineChart:
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering ``low..high`` (1, 2, 2.5, 5 × 10^k steps)."""
+    """Round tick values covering ``low..high`` (1, 2, 2.5, 5 × 10^k steps).
+
+    Expects values near 1 in magnitude (see :func:`scale_exponent`); any finite pair gives ticks."""
     if high == low:
         high, low = high + (abs(high) or 1) * 0.5, low - (abs(low) or 1) * 0.5
     raw = (high - low) / max(count - 1, 1)
+    if not (0 < raw < math.inf):  # a span that underflows or overflows: the two ends will do
+        return [low, high] if low < high else [low - 1, high + 1]
     step = 10 ** math.floor(math.log10(raw))
     for factor in (1, 2, 2.5, 5, 10):
         if raw <= factor * step:
@@ -94,6 +99,25 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
             break
     start, end = math.floor(low / step) * step, math.ceil(high / step) * step
     return [start + k * step for k in range(int(round((end - start) / step)) + 1)]
+
+
+def scale_exponent(values) -> int:
+    """0 for ordinary figures; for extreme ones (5e-324, 1.7e308) the power of two that brings the
+    largest near 1, so that spans, ticks and coordinates stay finite and non-zero. Scaling by a
+    power of two is exact."""
+    peak = max((abs(v) for v in values), default=0.0)
+    return 0 if peak == 0 or 1e-30 < peak < 1e30 else math.frexp(peak)[1]
+
+
+def _scaled(value: float, exponent: int) -> float:
+    return math.ldexp(value, -exponent) if exponent else value
+
+
+def _unscaled(value: float, exponent: int) -> float:
+    try:
+        return math.ldexp(value, exponent) if exponent else value
+    except OverflowError:  # a tick beyond the largest float: label it with the largest
+        return math.copysign(sys.float_info.max, value)
 
 
 def _clip(text: str, limit: int) -> str:
@@ -116,14 +140,15 @@ def bar_chart(metric: str, models: list[ModelStats]) -> BarChart:
                     key=lambda s: (-s.count, s.model))
     note = f"{len(chosen) - MAX_BARS} more model(s) with fewer results not shown" if len(chosen) > MAX_BARS else ""
     chosen = sorted(chosen[:MAX_BARS], key=lambda s: -s.mean)  # type: ignore[operator]
-    low = min(0.0, *(s.minimum for s in chosen))  # type: ignore[type-var]
-    high = max(0.0, *(s.maximum for s in chosen))  # type: ignore[type-var]
+    exponent = scale_exponent([v for s in chosen for v in (s.minimum, s.maximum)])  # type: ignore[misc]
+    low = min(0.0, *(_scaled(s.minimum, exponent) for s in chosen))  # type: ignore[arg-type]
+    high = max(0.0, *(_scaled(s.maximum, exponent) for s in chosen))  # type: ignore[arg-type]
     ticks = nice_ticks(low, high)
     left, right = LABEL_WIDTH, WIDTH - VALUE_WIDTH
     scale = (right - left) / (ticks[-1] - ticks[0])
 
     def x_of(value: float) -> float:
-        return round(left + (value - ticks[0]) * scale, 1)
+        return round(left + (_scaled(value, exponent) - ticks[0]) * scale, 1)
 
     zero = x_of(0.0)
     bars = []
@@ -133,7 +158,8 @@ def bar_chart(metric: str, models: list[ModelStats]) -> BarChart:
         bars.append(Bar(_clip(stats.model, 34), stats.model, format_number(stats.mean), row * BAR_ROW + 8,
                         min(zero, end), round(abs(end - zero), 1), whisker))
     height = len(bars) * BAR_ROW + 8 + AXIS_HEIGHT
-    return BarChart(metric, lower_is_better(metric), bars, [Tick(x_of(t), format_number(t)) for t in ticks],
+    return BarChart(metric, lower_is_better(metric), bars,
+                    [Tick(x_of(_unscaled(t, exponent)), format_number(_unscaled(t, exponent))) for t in ticks],
                     WIDTH, height, left, right, zero, note)
 
 
@@ -159,13 +185,15 @@ def line_chart(metric: str, models: list[ModelStats], summary: Summary) -> LineC
     first = min(s.history[0][0] for s in chosen)
     last = max(s.history[-1][0] for s in chosen)
     values = [v for s in chosen for _, v in s.history]
-    y_ticks = nice_ticks(min(values), max(values))
+    exponent = scale_exponent(values)
+    y_ticks = nice_ticks(_scaled(min(values), exponent), _scaled(max(values), exponent))
     left, top, right, bottom = LINE_MARGIN[3], LINE_MARGIN[0], WIDTH - LINE_MARGIN[1], LINE_HEIGHT - LINE_MARGIN[2]
     x_scale = (right - left) / max(last - first, 1)
     y_scale = (bottom - top) / (y_ticks[-1] - y_ticks[0])
 
     def xy(position: float, value: float) -> tuple[float, float]:
-        return round(left + (position - first) * x_scale, 1), round(bottom - (value - y_ticks[0]) * y_scale, 1)
+        return (round(left + (position - first) * x_scale, 1),
+                round(bottom - (_scaled(value, exponent) - y_ticks[0]) * y_scale, 1))
 
     series = []
     for number, stats in enumerate(chosen):
@@ -178,7 +206,8 @@ def line_chart(metric: str, models: list[ModelStats], summary: Summary) -> LineC
     note = f"{len(candidates) - MAX_SERIES} more model(s) with fewer runs not shown" if len(candidates) > MAX_SERIES else ""
     if last - first + 1 > MAX_POINTS:
         note = "; ".join(filter(None, [note, f"{last - first + 1} runs averaged into {MAX_POINTS} buckets"]))
-    return LineChart(metric, lower_is_better(metric), series, [Tick(xy(first, t)[1], format_number(t)) for t in y_ticks],
+    y_labels = [Tick(xy(first, _unscaled(t, exponent))[1], format_number(_unscaled(t, exponent))) for t in y_ticks]
+    return LineChart(metric, lower_is_better(metric), series, y_labels,
                      x_ticks, WIDTH, LINE_HEIGHT, (left, top, right, bottom), note)
 
 
@@ -195,7 +224,8 @@ def sparkline(stats: ModelStats, width: int = 120, height: int = 24) -> str:
     if len(history) > SPARK_POINTS:
         step = len(history) / SPARK_POINTS
         history = [history[int(k * step)] for k in range(SPARK_POINTS - 1)] + [history[-1]]
-    values = [v for _, v in history]
+    exponent = scale_exponent(v for _, v in history)
+    values = [_scaled(v, exponent) for _, v in history]
     low, high = min(values), max(values)
     spread = (high - low) or 1.0
     dx = (width - 4) / (len(values) - 1)

@@ -12,12 +12,13 @@ not comparable.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from madengine.core.errors import InputError, ServiceError
 from madengine.reports.metrics import lower_is_better
-from madengine.reports.summary import as_float
+from madengine.reports.summary import SCALED, as_float, mean_of
 from madengine.reports.table import bulk, load_table
 from madengine.results.columns import Status
 
@@ -54,19 +55,23 @@ def _means(rows: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], tuple[flo
         if value is None:
             continue
         key = ((row.get("model") or "").strip(), (row.get("metric") or "").strip())
-        acc = sums.setdefault(key, [0.0, 0])
+        acc = sums.setdefault(key, [0.0, 0, 0.0])
         acc[0] += value
         acc[1] += 1
-    return {key: (total / count, int(count)) for key, (total, count) in sums.items()}
+        acc[2] += value * SCALED  # a sum of 1e308s overflows, their mean does not
+    return {key: (mean_of(total, scaled, count), int(count)) for key, (total, count, scaled) in sums.items()}
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def verdict(old: float, new: float, lower_better: bool, threshold: float) -> tuple[float | None, float | None, str]:
     """(ratio, relative change, verdict) of one model's old and new means."""
-    ratio = new / old if old else None
-    if old:
-        change = round((new - old) / abs(old), 12)  # rounding keeps 1.05/1.00 at exactly +5 %
-    else:
-        change = None
+    ratio = _finite(new / old) if old else None
+    # rounding keeps 1.05/1.00 at exactly +5 %; a change too large for a float (1e308 vs 5e-324) is
+    # None like a change from 0, and the direction alone decides
+    change = _finite(round(new / abs(old) - old / abs(old), 12)) if old else None
     if change is None:
         better = new < old if lower_better else new > old
         return ratio, None, "unchanged" if new == old else ("faster" if better else "slower")

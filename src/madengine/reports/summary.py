@@ -77,9 +77,9 @@ class Summary:
 def as_float(text: str) -> float | None:
     try:
         value = float(text)
-    except ValueError:
+    except (TypeError, ValueError, OverflowError):
         return None
-    return None if math.isnan(value) or math.isinf(value) else value
+    return value if math.isfinite(value) else None
 
 
 def summarize(table: PerfTable) -> Summary:
@@ -142,7 +142,8 @@ def _model_stats(models: list[str], statuses: list[str], performances: list[str]
                            per_status[(model, Status.SKIPPED)], statuses[last], performances[last], started[last])
         acc = figures.get(model)
         if acc:
-            stats.count, stats.mean, stats.minimum, stats.maximum = acc[0], acc[1] / acc[0], acc[2], acc[3]
+            stats.count, stats.minimum, stats.maximum = acc[0], acc[2], acc[3]
+            stats.mean = mean_of(acc[1], acc[4], acc[0])
             stats.history = sorted(history.get(model, []))
         result.append(stats)
     return result
@@ -151,7 +152,7 @@ def _model_stats(models: list[str], statuses: list[str], performances: list[str]
 def _figures(models: list[str], statuses: list[str], performances: list[str], metrics: list[str],
              run_of_row: list[int | None], metric_of: dict[str, str], position: dict[int, int]
              ) -> tuple[dict[str, list], dict[str, list[tuple[int, float]]]]:
-    """Per model, over its SUCCESS figures in its current metric: [count, sum, min, max], and the
+    """Per model, over its SUCCESS figures in its current metric: [count, sum, min, max, scaled sum], and the
     mean per run as (run position, mean)."""
     figures: dict[str, list] = {}
     by_run: dict[tuple[str, int], list] = {}  # (model, run) -> [sum, n]
@@ -164,10 +165,11 @@ def _figures(models: list[str], statuses: list[str], performances: list[str], me
             continue
         acc = figures.get(model)
         if acc is None:
-            figures[model] = [1, value, value, value]
+            figures[model] = [1, value, value, value, value * SCALED]
         else:
             acc[0] += 1
             acc[1] += value
+            acc[4] += value * SCALED
             if value < acc[2]:
                 acc[2] = value
             elif value > acc[3]:
@@ -175,14 +177,26 @@ def _figures(models: list[str], statuses: list[str], performances: list[str], me
         if run is not None:
             cell = by_run.get((model, run))
             if cell is None:
-                by_run[(model, run)] = [value, 1]
+                by_run[(model, run)] = [value, 1, value * SCALED]
             else:
                 cell[0] += value
                 cell[1] += 1
+                cell[2] += value * SCALED
     history: dict[str, list[tuple[int, float]]] = {}
-    for (model, run), (total, n) in by_run.items():
-        history.setdefault(model, []).append((position[run], total / n))
+    for (model, run), (total, n, scaled) in by_run.items():
+        history.setdefault(model, []).append((position[run], mean_of(total, scaled, n)))
     return figures, history
+
+
+#: figures are also summed scaled down by 2**64, for means of figures whose plain sum overflows
+SCALED = 2.0 ** -64
+
+
+def mean_of(total: float, scaled_total: float, count: int) -> float:
+    """``total / count``; when the plain sum overflowed (figures near 1.8e308), the same mean from
+    the sum of the figures scaled by :data:`SCALED` (exact for such figures)."""
+    mean = total / count
+    return mean if math.isfinite(mean) else math.ldexp(scaled_total / count, 64)
 
 
 def _run_order(runs: list[Run]) -> list[int]:
