@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from madengine.core.errors import CatalogError
+from madengine.core.jsonio import MAX_DEPTH, too_deep
 from madengine.core.redact import register_url_secrets
 from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
 
@@ -175,6 +176,8 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
         elif field == "timeout":
             state["timeout"] = _as_timeout(value, source, name)
         elif field != "name":
+            if type(value) in (dict, list) and too_deep(value, MAX_DEPTH - 2):
+                raise _fail(source, name, field, f"nested more than {MAX_DEPTH} levels deep")
             extra[field] = value
     if "@" in state["url"]:  # https://user:password@host/repo.git: the password is a secret from now on
         register_url_secrets(state["url"])

@@ -57,7 +57,9 @@ def model_root() -> Path:
 
 
 def _read_json(path: Path, root: Path) -> Any:
-    return jsonio.read_json_file(path, error=CatalogError, shown=_shown(path, root))
+    # no document-wide depth walk on the start-up path: model_from_entry checks the only fields
+    # that may nest (unknown ones)
+    return jsonio.read_json_file(path, error=CatalogError, shown=_shown(path, root), max_depth=None)
 
 
 def _shown(path: Path, root: Path) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from madengine.context.detect import VENDORS, detect_gpus, detect_host_os
 from madengine.core.errors import ContextError
-from madengine.core.jsonio import json_problem, read_json_file
+from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
 from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
 
 DEFAULT_GUEST_OS = "UBUNTU"
@@ -40,6 +40,8 @@ def parse_context_string(text: str, *, source: str = "--additional-context") -> 
         raise ContextError(message, path=source, hint=hint) from None
     if not isinstance(value, dict):
         raise ContextError(f"must be a dict/object, got {type(value).__name__}", path=source, hint=_EXAMPLE)
+    if too_deep(value):
+        raise ContextError(f"nested more than {MAX_DEPTH} levels deep", path=source, hint="flatten the structure")
     return value
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from madengine.core.errors import CredentialError
-from madengine.core.jsonio import json_problem, read_json_file
+from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
 from madengine.core.redact import register_secret, register_url_secrets
 from madengine.core.values import brief, port_number
 
@@ -102,6 +102,9 @@ class Credentials:
                 else:
                     message, hint = json_problem(exc)
                     raise CredentialError(message, path=f"environment variable {name}", hint=hint) from None
+            if too_deep(value):
+                raise CredentialError(f"nested more than {MAX_DEPTH} levels deep",
+                                      path=f"environment variable {name}")
             register_entry_secrets(value, "password" if isinstance(value, str) else "")
             return value
         return self.entries.get(name)
