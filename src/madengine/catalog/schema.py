@@ -174,7 +174,8 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
             fast = type(value) is str and value.isascii() and value.isdigit() and len(value) < 10
             state["n_gpus"] = value if fast else _as_n_gpus(value, source, name)
         elif field == "timeout":
-            state["timeout"] = _as_timeout(value, source, name)
+            fast = type(value) is int and 0 <= value <= MAX_TIMEOUT
+            state["timeout"] = value if fast else _as_timeout(value, source, name)
         elif field != "name":
             if type(value) in (dict, list) and too_deep(value, MAX_DEPTH - 2):
                 raise _fail(source, name, field, f"nested more than {MAX_DEPTH} levels deep")

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from madengine.core.errors import InputError
-from madengine.results.perfcsv import csv_input_errors, csv_rows
+from madengine.results.perfcsv import read_rows
 
 _NUMBER = r"[+\-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+\-]?[0-9]+)?"
 PERFORMANCE_LINE = re.compile(
@@ -81,22 +81,9 @@ def parse_multiple_results(path: Path) -> list[dict[str, str]]:
     path = Path(path)
     if not path.exists():
         raise InputError("the model declared multiple_results but did not write this file", path=str(path))
-    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
-        reader = csv_rows(handle)
-        header = [h.strip() for h in next(reader, [])]
-        missing = [c for c in REQUIRED_MULTI_COLUMNS if c not in header]
-        if missing:
-            raise InputError(f"missing column(s) {', '.join(missing)}", path=str(path),
-                             hint="a multiple_results CSV needs columns model, performance, metric")
-        rows = []
-        for cells in reader:
-            if not any(c.strip() for c in cells):
-                continue
-            if len(cells) > len(header):
-                raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {len(header)}",
-                                 path=str(path), hint="quote cells that contain commas")
-            rows.append({h: (cells[i].strip() if i < len(cells) else "") for i, h in enumerate(header)})
-        return rows
+    rows = read_rows(path, require=REQUIRED_MULTI_COLUMNS,
+                     hint="a multiple_results CSV needs columns model, performance, metric")
+    return [row for row in rows if any(row.values())]
 
 
 def as_number(text: str) -> float | None:

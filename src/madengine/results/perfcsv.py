@@ -72,19 +72,26 @@ def read_header(path: Path) -> list[str]:
         return _parse_header_line(first) if first.strip() else []
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """Every row of a CSV as dicts keyed by stripped column names."""
+def read_rows(path: Path, *, require: Sequence[str] = (), hint: str | None = None) -> list[dict[str, str]]:
+    """Every row of a CSV as dicts keyed by stripped column names (blank lines skipped).
+
+    ``require``: columns the header must have (else :class:`InputError` with ``hint``). A row with
+    more cells than the header is an error naming its line.
+    """
     path = Path(path)
     with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
         reader = csv_rows(handle)
         header = [name.strip() for name in next(reader, [])]
+        missing = [name for name in require if name not in header]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", path=str(path), hint=hint)
         rows = []
-        for line_no, cells in enumerate(reader, start=2):
+        for cells in reader:
             if not cells:
                 continue
             if len(cells) > len(header):
-                raise InputError(f"line {line_no} has {len(cells)} cells but the header has {len(header)}",
-                                 path=str(path), hint="fix or remove that line")
+                raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {len(header)}",
+                                 path=str(path), hint="fix or remove that line (quote cells that hold commas)")
             rows.append({name: (cells[i].strip() if i < len(cells) else "") for i, name in enumerate(header)})
         return rows
 
