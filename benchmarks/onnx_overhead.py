@@ -18,6 +18,7 @@ clock reads themselves cost. ORT timings on a shared 2-core machine are noisy; m
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import sys
@@ -97,7 +98,8 @@ def main() -> int:
             order = ("harness", "bare") if index % 2 == 0 else ("bare", "harness")
             for side in order:
                 if side == "harness":
-                    harness_ms += engine.measure(run, feeds, warmup=0, iterations=args.block).latencies_ms
+                    harness_ms += engine.measure(functools.partial(run, None, feeds), warmup=0,
+                                                     iterations=args.block).latencies_ms
                 else:
                     bare_ms += [s / 1e6 for s in bare_loop(run, feeds, args.block)]
             unclocked.append(unclocked_mean(run, feeds, args.block))

@@ -1,9 +1,9 @@
-"""Overhead of `madengine run` against the bare Docker commands it stands for.
+"""`madengine run` of one model on a cached image against the bare Docker commands it stands for.
 
 Side by side in one run, alternating, on one cached image:
-  A. `madengine run --tags bench_model` (process; image already built, so the build is cached)
+  A. `madengine run --tags bench_model` (a process; the image is up to date, so no build call)
   B. `docker build` of the same Dockerfile (cached) + `docker run --rm` of the same script
-Prints the medians and A − B. Target: overhead ≤ 0.5 s.
+Prints the medians, A − B and A / B. Target: ratio ≤ 1.0.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ def main() -> None:
     print(f"rounds                          : {ROUNDS} (alternating)")
     print(f"madengine run (cached image)    : {a:6.3f} s median")
     print(f"docker build (cached) + run --rm: {b:6.3f} s median")
-    print(f"overhead                        : {a - b:+6.3f} s  (target ≤ 0.5 s)   ratio {a / b:.2f}")
-    print("PASS" if a - b <= 0.5 else "FAIL")
+    print(f"difference                      : {a - b:+6.3f} s")
+    print(f"ratio A / B                     : {a / b:6.2f}  (target ≤ 1.0)")
+    print("PASS" if a / b <= 1.0 else "FAIL")
 
 
 if __name__ == "__main__":

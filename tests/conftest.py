@@ -17,6 +17,7 @@ import pytest
 
 from madengine.cli import main
 from madengine.cli.env import Environment
+from otlp_receiver import otlp_receiver  # noqa: F401 (a fixture: the real OTLP/HTTP receiver of the tests)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -148,3 +149,7 @@ def docker_cleanup(docker_client):
                     docker_client.api.remove_image(tag, force=True)
                 except APIError:
                     pass
+    try:  # images madengine built that a rebuild left without a name
+        docker_client.api.prune_images(filters={"dangling": True, "label": "madengine.build-inputs"})
+    except APIError:  # another prune is running (409): it removes them
+        pass

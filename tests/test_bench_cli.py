@@ -45,6 +45,7 @@ def test_bench_one_model_table_row_and_artifacts(cli, tmp_path):
     assert list(row)[len(ALL_COLUMNS):] == list(BENCH_COLUMNS)
     assert (row["model"], row["status"], row["executor"], row["metric"]) == ("mlp", "SUCCESS", "bench",
                                                                             "samples_per_second")
+    assert row["backend"] == "onnxruntime-cpu"  # part of the result identity (docs/statistics.md)
     assert (row["ort_provider"], row["threads"], row["batch_size"], row["input_shapes"], row["latency_n"]) == (
         "cpu", "1", "4", "x=4,16", "5")
     assert row["model_sha256"] == sha256(model) and row["ort_version"] and row["cpu_model"]

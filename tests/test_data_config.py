@@ -10,7 +10,7 @@ import pytest
 from madengine.core.errors import ConfigError
 from madengine.data.config import PROVIDER_ORDER, load_data_config
 from madengine.data.mirror import choose_mirror, human_size, safe_relative
-from madengine.data.s3 import parse_s3_path
+from madengine.data.config import parse_s3_path
 
 
 def write(path: Path, data) -> None:

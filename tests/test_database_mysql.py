@@ -143,7 +143,8 @@ def test_create_table_creates_database_and_table_idempotently(server, database, 
         cursor.execute("SHOW INDEX FROM dlm_table WHERE Column_name = 'row_key'")
         unique = cursor.fetchone()
     connection.close()
-    assert columns[:3] == ["id", "row_key", "created_date"] and "run_id" in columns and columns[-1] == "extra_columns"
+    assert columns[:3] == ["id", "row_key", "created_date"] and "run_id" in columns
+    assert columns[-2:] == ["extra_columns", "identity_key"]
     assert unique is not None and unique[1] == 0  # Non_unique = 0
 
 

@@ -44,7 +44,7 @@ def test_create_table_is_idempotent_and_holds_every_perf_column(workdir, cli):
                                         "added_columns": []}
     columns = [r[1] for r in sqlite3.connect(workdir / "madengine.db").execute("PRAGMA table_info(dlm_table)")]
     assert columns[:3] == ["id", "row_key", "created_date"]
-    assert columns[3:] == [*ALL_COLUMNS, "extra_columns"]
+    assert columns[3:] == [*ALL_COLUMNS, "extra_columns", "identity_key"]
 
 
 def test_create_table_adds_columns_missing_from_an_older_table(workdir, cli):
@@ -121,11 +121,12 @@ def test_identical_rows_of_one_file_are_both_kept(workdir, cli):
     assert json.loads(cli("database", "update-table", "--csv-file-path", "perf.csv", "--json").stdout)["inserted"] == 0
 
 
-def test_relative_change_uses_mean_of_last_five_success_rows_of_same_model_arch_and_base(workdir, cli):
+def test_relative_change_uses_mean_of_last_five_success_rows_of_the_same_identity(workdir, cli):
     rows = history("m", [10, 20, 30, 40, 50, 60])
     rows.insert(3, dict(model="m", status="FAILURE", run_id="failed"))  # not part of any baseline
     rows.append(dict(model="m", performance=1000.0, gpu_architecture="gfx90a", run_id="other-arch"))
-    rows.append(dict(model="m", performance=2000.0, base_docker="other:image", run_id="other-base"))
+    rows.append(dict(model="m", performance=2000.0, executor="local", run_id="other-executor"))
+    rows.append(dict(model="m", performance=3000.0, tag_configs="size=64", run_id="other-configs"))
     rows.append(dict(model="m", performance=70.0, run_id="run7"))
     write_perf_csv(workdir / "perf.csv", rows)
     assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
@@ -134,10 +135,27 @@ def test_relative_change_uses_mean_of_last_five_success_rows_of_same_model_arch_
     assert by_run["run1"] == {}  # nothing to compare with yet
     assert by_run["run2"] == {"pct_change": 100.0, "baseline_avg": 10.0, "sample_count": 1}
     assert by_run["failed"] == {}
-    assert by_run["other-arch"] == {} and by_run["other-base"] == {}
+    assert by_run["other-arch"] == {} and by_run["other-executor"] == {} and by_run["other-configs"] == {}
     assert by_run["run6"] == {"pct_change": 100.0, "baseline_avg": 30.0, "sample_count": 5}
-    # 70 against the mean of 20..60 (the five latest SUCCESS rows of that model, arch and image)
+    # 70 against the mean of 20..60 (the five latest SUCCESS rows of that identity)
     assert by_run["run7"] == {"pct_change": 75.0, "baseline_avg": 40.0, "sample_count": 5}
+
+
+def test_relative_change_baseline_starts_at_the_last_change_point(workdir, cli):
+    """The baseline logic of `report regressions`: after a step, only the figures after it count."""
+    before, after = [100.0, 101.0, 99.0, 100.5, 99.5, 100.0, 100.2, 99.8], [120.0, 121.0, 119.0, 120.5]
+    write_perf_csv(workdir / "perf.csv", history("m", [*before, *after, 120.0]))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    last = relative(db_rows(workdir / "madengine.db")[-1])
+    # a plain last-5 mean would mix 100 and 120 (116.1); the step at run 9 leaves 4 figures of ~120
+    assert last == {"pct_change": pytest.approx(-0.1040, abs=1e-3), "baseline_avg": 120.125, "sample_count": 4}
+
+
+def test_base_image_is_not_part_of_the_identity(workdir, cli):
+    rows = history("m", [10, 10, 10]) + [dict(model="m", performance=20.0, base_docker="other:image", run_id="x")]
+    write_perf_csv(workdir / "perf.csv", rows)
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    assert relative(db_rows(workdir / "madengine.db")[-1])["pct_change"] == 100.0
 
 
 def test_relative_change_is_the_same_whether_imported_at_once_or_in_parts(workdir):

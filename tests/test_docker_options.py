@@ -10,9 +10,11 @@ import pytest
 from madengine.catalog import model_from_entry
 from madengine.context import Context
 from madengine.core.errors import ExecutionError
-from madengine.execution.docker import DockerExecutor, base_image
+from madengine.core.spec import RunSpec
+from madengine.execution.build import base_image
+from madengine.execution.docker import DockerExecutor
 from madengine.execution.dockeropts import parse_run_options
-from madengine.execution.plan import RunSpec, model_env, resolve_gpus
+from madengine.execution.plan import model_env, resolve_gpus
 
 
 def _model(**fields):
@@ -33,7 +35,7 @@ def test_nvidia_gets_device_requests_for_its_gpus(tmp_path):
     model = _model(n_gpus="2")
     ctx = _context("NVIDIA", 4)
     gpus = resolve_gpus(model, ctx)
-    args = DockerExecutor(client=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, gpus, "r", "docker"), gpus))
+    args = DockerExecutor(client=None, images=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, gpus, "r", "docker", {}), gpus))
     (request,) = args["device_requests"]
     assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
     assert "devices" not in args and "privileged" not in args and "cap_add" not in args
@@ -42,14 +44,14 @@ def test_nvidia_gets_device_requests_for_its_gpus(tmp_path):
 def test_amd_gets_kfd_and_render_nodes(tmp_path):
     model = _model(n_gpus="1")
     ctx = _context("AMD", 2)
-    args = DockerExecutor(client=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [0], "r", "docker"), [0]))
+    args = DockerExecutor(client=None, images=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [0], "r", "docker", {}), [0]))
     assert args["devices"][0] == "/dev/kfd:/dev/kfd:rwm" and "device_requests" not in args
 
 
 def test_cpu_gets_no_devices_and_least_privilege(tmp_path):
     model = _model()
     ctx = _context("CPU", 0)
-    args = DockerExecutor(client=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [], "r", "docker"), []))
+    args = DockerExecutor(client=None, images=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [], "r", "docker", {}), []))
     for key in ("devices", "device_requests", "privileged", "cap_add", "security_opt", "network_mode", "ipc_mode"):
         assert key not in args
     assert args["volumes"][str(tmp_path.resolve())] == {"bind": "/myworkspace", "mode": "rw"}
@@ -68,7 +70,8 @@ def test_mad_environment():
     model.tag_configs = [("batch-size", "64")]
     ctx = _context("NVIDIA", 4, docker_env_vars={"OMP_NUM_THREADS": "1"})
     ctx.values["gpu_architecture"] = "NVIDIA H100 80GB HBM3"
-    env = model_env(model, ctx, [0, 1], "run-1", "docker")
+    env = model_env(model, ctx, [0, 1], "run-1", "docker", {"BUILD_NUMBER": "42", "NCCL_DEBUG": "INFO"})
+    assert env["JENKINS_BUILD_NUMBER"] == "42" and env["NCCL_DEBUG"] == "INFO"  # from the injected environment
     assert env["MAD_MODEL_NAME"] == "m" and env["MAD_GPU_VENDOR"] == "NVIDIA"
     assert env["MAD_SYSTEM_NGPUS"] == "4" and env["MAD_RUNTIME_NGPUS"] == "2"
     assert env["MAD_SYSTEM_GPU_ARCHITECTURE"] == "NVIDIA H100 80GB HBM3"

@@ -149,7 +149,8 @@ def test_ctrl_c_ends_every_running_model_and_records_it(par_repo):
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130, stderr
     rows = read_rows(repo / "perf.csv")
-    assert len(rows) == 2 and all(r["status"] == "FAILURE" and "interrupted" in r["reason"] for r in rows), rows
+    assert len(rows) == 4 and all(r["status"] == "FAILURE" and "interrupted" in r["reason"] for r in rows), rows
+    assert sum(r["reason"] == "not run: interrupted" for r in rows) == 2, rows  # the two never started
     assert not _processes_under(repo)  # the models' processes were ended, not orphaned
 
 

@@ -6,6 +6,7 @@ The page as a browser shows it is tested in test_report_browser.py (real headles
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 
@@ -209,3 +210,81 @@ def test_run_writes_perf_html_after_a_run(tmp_path):
     assert (tmp_path / "perf.html").is_file() and "report written to" in err.getvalue()
     write_html(Environment(stdout=io.StringIO(), stderr=err), tmp_path / "gone.csv")  # never raises
     assert "perf.html not written" in err.getvalue()
+
+
+# --- spread, identities, run labels and detected changes -------------------------------------------
+
+def _stepped_history(path: Path) -> Path:
+    """gpt2 latency steps up at run 10 of 16 (a regression); each run has 3 repeats."""
+    import random
+
+    from madengine.results.samples import sample_columns
+
+    rng = random.Random(3)
+    records = []
+    for run in range(16):
+        started = f"2024-07-01T08:{run:02d}:{run * 3 % 60:02d}+00:00"  # one minute apart: labels must differ
+        level = 24.0 if run >= 10 else 20.0
+        records.append(PerfRecord(model="gpt2", status="SUCCESS", metric="latency_ms", run_id=f"run-{run:02d}",
+                                  started_at=started, executor="docker", gpu_vendor="AMD", gpu_architecture="gfx942",
+                                  n_gpus="1", **sample_columns([level * rng.lognormvariate(0, 0.01) for _ in range(3)])))
+        for configs, base in (("", 100.0), ("bs=64", 400.0)):
+            records.append(PerfRecord(model="bert", status="SUCCESS", metric="samples_per_second", tag_configs=configs,
+                                      performance=base * rng.lognormvariate(0, 0.01), run_id=f"run-{run:02d}",
+                                      started_at=started, executor="docker"))
+    append_records(path, records)
+    return path
+
+
+def test_spread_identities_run_labels_and_changes(tmp_path):
+    page = csv_to_html(_stepped_history(tmp_path / "perf.csv")).read_text()
+    # tag configs beside the model name; two identities of bert are two results, never averaged together
+    assert ">bert [bs=64]</a>" in page and ">bert</a>" in page
+    assert '<div class="card-value">3</div><div class="card-label">results</div>' in page
+    models_table = page.split('id="models"')[1].split("</table>")[0]
+    assert models_table.count("<tr data-model=") == 3 and "docker · AMD gfx942 · 1 GPU" in models_table
+    # spread: CI error bars on the bars, min–max bands on the lines, from the repeats
+    assert 'class="error"' in page and "95 % CI" in page and '<polygon class="band"' in page
+    # the across-runs axis: run id and start time to the second
+    assert ">run-00<tspan" in page and "2024-07-01 08:00:00</tspan>" in page and "2024-07-01 08:15:45" in page
+    # the change: marked on the chart and listed with where to look next
+    assert page.count('<line class="change regression"') == 1
+    changes = page.split('id="changes"')[1].split("</table>")[0]
+    assert "regression (latest)" in changes and "run-09 · 2024-07-01 08:09:27" in changes
+    assert "madengine report trace-diff run-09 run-10 gpt2" in changes
+
+
+@pytest.mark.parametrize("figures", [
+    (5e-324, 0.0, -1.0, 1e308, 1.7e308, -1.7e308),
+    (1.7e308, 1.7e308, 1.7e308),
+    (5e-324, 5e-324, 1e-320),
+    (0.0, 0.0, 0.0),
+    (-1.7e308, -1e308, -5e-324),
+])
+def test_extreme_figures_render(tmp_path, figures):
+    from madengine.results.samples import sample_columns
+
+    records = []
+    for run in range(8):
+        for number, value in enumerate(figures):
+            records.append(PerfRecord(model=f"m{number}", status="SUCCESS", metric="x", performance=value,
+                                      run_id=f"r{run}", started_at=f"2024-01-01T00:00:0{run}Z"))
+        records.append(PerfRecord(model="mixed", status="SUCCESS", metric="x", run_id=f"r{run}",
+                                  started_at=f"2024-01-01T00:00:0{run}Z", **sample_columns(list(figures))))
+    perf = tmp_path / "perf.csv"
+    append_records(perf, records)
+    page = csv_to_html(perf).read_text()
+    assert page.rstrip().endswith("</html>")
+    svg_numbers = re.findall(r' (?:x|y|x1|x2|y1|y2|cx|cy|width)="([^"]*)"', page)
+    assert svg_numbers and all(math.isfinite(float(v)) for v in svg_numbers if not v.endswith("%"))
+    assert not re.search(r"\b(nan|inf)\b", re.sub(r"<script>.*?</script>", "", page, flags=re.S), re.I)
+
+
+def test_one_rounding_everywhere():
+    from madengine.reports.metrics import format_number
+    from madengine.reports.render import format_figure
+
+    for value in (5e-324, 0.0, -1.0, 0.12345678, 12.3456, 1234567.8, 1e308, 1.7e308, -1.7e308):
+        assert format_figure(repr(value)) == format_number(value)
+    assert (format_number(1.7e308), format_number(5e-324), format_number(-1.0)) == ("1.7e+308", "4.941e-324", "-1")
+    assert format_figure("n/a") == "n/a" and format_number(float("inf")) == ""

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import run_process
+from conftest import BASE_IMAGE, run_process
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -240,7 +241,7 @@ def test_ctrl_c_records_failure_keeps_rows_and_leaves_no_container(model_repo, m
     reader = threading.Thread(target=watch, daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while not any("running dummy_sleep" in line for line in seen) and time.monotonic() < deadline:
+    while not any("dummy_sleep: running" in line for line in seen) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(2)  # the model script is sleeping now
     proc.send_signal(signal.SIGINT)
@@ -270,12 +271,35 @@ def test_two_concurrent_runs_append_to_one_perf_csv(model_repo, docker_client, d
     assert len({r["run_id"] for r in rows}) == 2
 
 
-def test_clean_docker_cache_rebuilds(model_repo, cli, docker_only):
+def _build_log(repo: Path, model: str) -> str:
+    row = rows_by_model(repo)[model]
+    return Path(next(a for a in row["artifacts"].split(",") if a.endswith("build.log"))).read_text()
+
+
+def test_unchanged_build_inputs_skip_the_build_and_a_changed_context_file_rebuilds(model_repo, cli, docker_only):
     assert cli("run", "--tags", "argtest").code == 0
-    cached = cli("run", "--tags", "argtest", "--live-output")
-    assert "Using cache" in cached.stderr
+    first_id = rows_by_model(model_repo)["dummy_args"]["image_id"]
+    again = cli("run", "--tags", "argtest", "--live-output")
+    assert again.code == 0 and "Step " not in again.stderr  # no build call at all
+    assert "is up to date" in _build_log(model_repo, "dummy_args")
+    assert rows_by_model(model_repo)["dummy_args"]["image_id"] == first_id
+    # unique content: an image built from these inputs earlier would rightly be reused
+    (model_repo / "docker" / "extra.txt").write_text(f"a file the image could COPY {uuid.uuid4()}\n")
+    changed = cli("run", "--tags", "argtest", "--live-output")
+    assert changed.code == 0 and "Using cache" in changed.stderr  # built again (its layers still cached)
+    assert "is up to date" not in _build_log(model_repo, "dummy_args")
+    forced = cli("run", "--tags", "argtest", "--live-output", "--rebuild")
+    assert forced.code == 0 and "Using cache" in forced.stderr
     fresh = cli("run", "--tags", "argtest", "--live-output", "--clean-docker-cache")
     assert fresh.code == 0 and "Using cache" not in fresh.stderr
+
+
+def test_an_image_of_that_name_built_elsewhere_is_rebuilt(model_repo, cli, docker_only):
+    """An image named ci-* that madengine did not build (no build-inputs label) is never trusted."""
+    docker_only.images.get(BASE_IMAGE).tag("ci-dummy_args_args")
+    run = cli("run", "--tags", "argtest", "--live-output")
+    assert run.code == 0 and "Step " in run.stderr
+    assert rows_by_model(model_repo)["dummy_args"]["image_id"] != docker_only.images.get(BASE_IMAGE).id
 
 
 def test_command_line_is_recorded_exactly(model_repo, cli, executor):

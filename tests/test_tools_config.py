@@ -9,8 +9,7 @@ import pytest
 
 from madengine.catalog.schema import model_from_entry
 from madengine.core.errors import ConfigError, ContextError
-from madengine.execution.options import RunOptions
-from madengine.execution.plan import RunSpec, Step
+from madengine.core.spec import RunSpec, Step
 from madengine.tools import BUNDLED_TOOLS_JSON, TOOLS_DIR, apply_tools, load_tools, select_tools, validate_tools
 from madengine.tools.config import SUMMARIES
 
@@ -33,7 +32,7 @@ def make_spec(tmp_path: Path, cwd: str = "", timeout: int | None = 60) -> RunSpe
 def apply(tmp_path: Path, context: dict, *, tools_json: str | None = TEST_TOOLS, cwd: str = "",
           root: Path = FIXTURE_REPO) -> RunSpec:
     spec = make_spec(tmp_path, cwd)
-    apply_tools(spec, context, RunOptions(tools_json_file_name=str(root / tools_json) if tools_json else None), root)
+    apply_tools(spec, context, str(root / tools_json) if tools_json else None, root)
     return spec
 
 
@@ -147,7 +146,7 @@ def test_missing_tools_json_flag_file(tmp_path):
 
 def test_unknown_tool_names_file_field_and_suggestion():
     with pytest.raises(ConfigError) as raised:
-        validate_tools({"tools": [{"name": "cpu_monitr"}]}, RunOptions(), FIXTURE_REPO)
+        validate_tools({"tools": [{"name": "cpu_monitr"}]}, None, FIXTURE_REPO)
     error = raised.value
     assert error.path == str(BUNDLED_TOOLS_JSON) and error.field == "context tools[0].name"
     assert "unknown tool 'cpu_monitr'" in str(error) and "cpu_monitor" in error.hint

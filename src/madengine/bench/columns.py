@@ -45,12 +45,16 @@ def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str 
         "input_shapes": result.get("input_shapes", ""),
         "warmup": result.get("warmup", ""),
     }
-    for column, key in _STATS.items():
-        columns[column] = significant(stats[key])
+    columns.update(latency_columns(stats))
     columns["session_create_ms"] = significant(result.get("session_create_ms"))
     columns["first_inference_ms"] = significant(result.get("first_inference_ms"))
     columns["prepared_cache"] = cache or result.get("prepared_cache", "off")
     return columns
+
+
+def latency_columns(stats: dict[str, Any]) -> dict[str, Any]:
+    """``latency_n`` … ``samples_per_second`` of a harness summary (the same names everywhere)."""
+    return {column: significant(stats[key]) for column, key in _STATS.items()}
 
 
 def performance(result: dict[str, Any], metric: str) -> tuple[float, str]:

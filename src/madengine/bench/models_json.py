@@ -33,11 +33,14 @@ MODEL_FOLDER = "onnx_model"
 RESULT_FILE = "onnx_bench.json"
 PROFILE_FOLDER = "onnx_profile"
 HARNESS_SOURCE = Path(__file__).resolve().parent / "harness"
+#: the shared statistics the harness imports (stdlib only), copied beside it: see bench/harness/stats.py
+STATS_SOURCE = Path(__file__).resolve().parents[1] / "stats"
+PORTABLE_STATS = ("distributions.py", "summary.py")
 
 
 def onnx_step(spec: Any, root: Path, executor_name: str) -> Any:
     """The model step that benchmarks ``spec.model.onnx`` (and the files it needs in the work folder)."""
-    from madengine.execution.plan import Step
+    from madengine.core.spec import Step
 
     model = spec.model
     source = Path(root) / model.onnx
@@ -88,10 +91,13 @@ def harness_options(model: Any) -> list[str]:
 
 
 def copy_harness(target: Path) -> None:
-    """The portable harness package (its .py files only) into ``target``."""
+    """The portable harness package (its .py files only) into ``target``, with the shared
+    statistics modules it imports (``madengine.stats.summary`` and ``distributions``)."""
     target.mkdir(parents=True, exist_ok=True)
     for path in HARNESS_SOURCE.glob("*.py"):
         shutil.copy2(path, target / path.name)
+    for name in PORTABLE_STATS:
+        shutil.copy2(STATS_SOURCE / name, target / name)
 
 
 def stats_finalizer(result_file: Path) -> Callable[[Any], dict[str, Any]]:

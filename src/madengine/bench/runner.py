@@ -236,7 +236,7 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                reporter: Reporter) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
-    artifacts = _unused_folder(summary.run_dir / _folder_name(entry.name, short))
+    artifacts = unused_folder(summary.run_dir / _folder_name(entry.name, short))
     started_at = utc_now()
     started = time.monotonic()
     options = engine.BenchOptions(
@@ -303,13 +303,16 @@ def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: 
     return PerfRecord(
         model=entry.name, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1",
         args=_args_text(entry, plan, request), tags=entry.set, machine_name=machine_name(),
-        gpu_architecture=_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
+        gpu_architecture=gpu_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
         build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
         started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
-        command_line=request.command_line)
+        command_line=request.command_line,
+        backend=f"onnxruntime-{engine.short_provider(plan.provider)}")  # part of the result identity
 
 
-def _architecture(vendor: str) -> str:
+def gpu_architecture(vendor: str) -> str:
+    """perf.csv ``gpu_architecture`` of a result on ``vendor``: the machine type for CPU, else the
+    detected GPU architecture."""
     if vendor == "CPU":
         return platform.machine()
     from madengine.context.detect import detect_gpus
@@ -337,7 +340,7 @@ def _args_text(entry: ModelEntry, plan: _Plan, request: BenchRequest) -> str:
     return " ".join(parts)
 
 
-def _unused_folder(path: Path) -> Path:
+def unused_folder(path: Path) -> Path:
     """``path``, or ``path_2``, ``path_3``... when a model is benchmarked twice in one run."""
     candidate, number = path, 1
     while candidate.exists():

@@ -7,13 +7,18 @@ entry follows the Relax scorecard's model list::
     - set: vision            # optional; the perf.csv model name is <set>/<name>@<version>
       name: mlp              # optional; default: the file's stem
       version: 1             # optional
-      path: models/mlp.onnx  # required; relative to the suite file's folder
+      path: models/mlp.onnx  # the file, relative to the suite file's folder; or instead:
+      url: s3://bucket/mlp.onnx  # fetched through the data providers (s3://, minio://) into the cache
       sha256: 3f1c...        # optional; verified before anything runs
       shapes: {x: [8, 64]}   # optional; input → dims (a list or "8,64"); may hold $axes too
       $axes: {batch: 8}      # optional; dynamic axis → size
       providers: [cpu, cuda] # optional; one result per provider (default: --provider)
       batch_size: 8          # optional; default: --batch-size
+      backends: [openvino-cpu, tvm-relax-llvm]  # optional; madengine scorecard's backends for this model
+      tolerance: {atol: 1e-3, rtol: 1e-3}       # optional; scorecard's output check (default 1e-4 both)
+      reference: onnx-reference                  # optional; scorecard's reference (onnxruntime-cpu-opt-disabled)
 
+``madengine bench`` ignores the three scorecard keys.
 Keys the Relax scorecard uses for its own runners (``configs``, ``tuning_steps``, ...) are
 accepted and ignored, so its lists load as they are; any other key is an error (a typo would
 otherwise be silently ignored).
@@ -30,7 +35,9 @@ from madengine.bench.harness import HarnessInputError
 from madengine.bench.harness.inputs import parse_dims
 from madengine.core.errors import ConfigError
 
-KNOWN_KEYS = frozenset({"set", "name", "version", "path", "sha256", "shapes", "$axes", "providers", "batch_size"})
+KNOWN_KEYS = frozenset({"set", "name", "version", "path", "url", "sha256", "shapes", "$axes", "providers",
+                        "batch_size", "backends", "tolerance", "reference"})
+URL_SCHEMES = {"s3": "aws", "minio": "minio"}  # URL scheme → the data provider that fetches it
 IGNORED_RELAX_KEYS = frozenset({"configs", "tuning_steps", "tuning-steps", "requires-toposort", "requires_toposort",
                                 "cuda-sm", "cuda_sm", "dtypes", "files", "input_scale"})
 
@@ -49,6 +56,10 @@ class ModelEntry:
     set: str = ""
     version: str = ""
     source: str = ""  # the suite file, or "" for a command-line model
+    url: str = ""  # fetched into ``path`` (see madengine.bench.fetch) before anything runs
+    backends: list[str] = dataclasses.field(default_factory=list)  # scorecard: this model's backends
+    tolerance: dict[str, float] = dataclasses.field(default_factory=dict)  # scorecard: atol / rtol
+    reference: str = ""  # scorecard: the backend whose outputs are right
 
 
 def entry_from_path(path: str, shapes: dict[str, tuple[int, ...]], axes: dict[str, int]) -> ModelEntry:
@@ -99,12 +110,15 @@ def _entry(item: Any, index: int, suite: Path) -> ModelEntry:
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(unknown)}", path=str(suite), field=where,
                           hint="known: " + ", ".join(sorted(KNOWN_KEYS)))
-    model_path = _text(item, "path", suite, where)
-    if not model_path:
-        raise ConfigError("'path' is required (the .onnx file, relative to the suite file)", path=str(suite),
-                          field=where)
-    file = Path(model_path)
-    if not file.is_absolute():
+    model_path, url = _text(item, "path", suite, where), _text(item, "url", suite, where)
+    if not model_path and not url:
+        raise ConfigError("'path' is required (the .onnx file, relative to the suite file), or a 'url'",
+                          path=str(suite), field=where)
+    if model_path and url:
+        raise ConfigError("give 'path' or 'url', not both (a url is fetched into madengine's cache)",
+                          path=str(suite), field=where)
+    file = Path(model_path or _url_file_name(url, suite, where))
+    if not file.is_absolute() and model_path:
         file = suite.parent / file
     set_name, version = _text(item, "set", suite, where), _text(item, "version", suite, where)
     name = _text(item, "name", suite, where) or file.stem
@@ -119,7 +133,68 @@ def _entry(item: Any, index: int, suite: Path) -> ModelEntry:
         sha256=_text(item, "sha256", suite, where).lower(),
         shapes=shapes_from({k: v for k, v in shapes_value.items() if k != "$axes"}, suite, where),
         axes=axes_from(axes_value, suite, where), providers=providers_from(item.get("providers"), suite, where),
-        batch_size=_batch(item.get("batch_size"), suite, where), set=set_name, version=version, source=str(suite))
+        batch_size=_batch(item.get("batch_size"), suite, where), set=set_name, version=version, source=str(suite),
+        url=url, backends=backends_from(item.get("backends"), suite, where),
+        tolerance=tolerance_from(item.get("tolerance"), suite, where),
+        reference=reference_from(item.get("reference"), suite, where))
+
+
+def _url_file_name(url: str, suite: Path, where: str) -> str:
+    """The file name a URL's object lands under (its last path part); only provider schemes."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in URL_SCHEMES:
+        raise ConfigError(f"url '{url}' is not fetchable", path=str(suite), field=where,
+                          hint="use " + " or ".join(f"{s}://bucket/key.onnx" for s in URL_SCHEMES)
+                               + " (fetched by the data providers), or 'path' for a local file")
+    name = rest.rstrip("/").rsplit("/", 1)[-1]
+    if "/" not in rest.strip("/") or not name:
+        raise ConfigError(f"url '{url}' names no object (write {scheme}://bucket/key.onnx)", path=str(suite),
+                          field=where)
+    return name
+
+
+def backends_from(value: Any, suite: str | Path, where: str) -> list[str]:
+    """A model's scorecard backends: known backend ids (see madengine.bench.backends)."""
+    from madengine.bench.backends import BACKEND_IDS
+
+    names = providers_from(value, suite, where, key="backends")
+    unknown = [n for n in names if n not in BACKEND_IDS]
+    if unknown:
+        raise ConfigError(f"unknown backend(s) {', '.join(unknown)}", path=str(suite), field=f"{where}: backends",
+                          hint="known: " + ", ".join(BACKEND_IDS))
+    return names
+
+
+def tolerance_from(value: Any, suite: str | Path, where: str) -> dict[str, float]:
+    """``{atol: x, rtol: y}`` (either may be left out: the default applies)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not set(value) <= {"atol", "rtol"} or not value:
+        raise ConfigError("'tolerance' must map atol and/or rtol to numbers", path=str(suite), field=where,
+                          hint="e.g. tolerance: {atol: 1e-3, rtol: 1e-3}")
+    out = {}
+    for key, number in value.items():
+        if isinstance(number, str):
+            try:
+                number = float(number)
+            except ValueError:
+                pass
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 <= number < float("inf"):
+            raise ConfigError(f"tolerance.{key} must be a finite number of 0 or more, got {number!r}",
+                              path=str(suite), field=where)
+        out[str(key)] = float(number)
+    return out
+
+
+def reference_from(value: Any, suite: str | Path, where: str) -> str:
+    from madengine.bench.backends import REFERENCES
+
+    if value is None:
+        return ""
+    if value not in REFERENCES:
+        raise ConfigError(f"reference must be one of {', '.join(REFERENCES)}, got {value!r}", path=str(suite),
+                          field=where)
+    return str(value)
 
 
 def _display_name(set_name: str, name: str, version: str) -> str:
@@ -163,13 +238,13 @@ def axes_from(value: Any, suite: str | Path, where: str) -> dict[str, int]:
     return axes
 
 
-def providers_from(value: Any, suite: str | Path, where: str) -> list[str]:
+def providers_from(value: Any, suite: str | Path, where: str, key: str = "providers") -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
         value = [p for p in value.split(",")]
     if not isinstance(value, list) or not all(isinstance(p, str) and p.strip() for p in value):
-        raise ConfigError("'providers' must be a list of provider names", path=str(suite), field=where)
+        raise ConfigError(f"'{key}' must be a list of {key[:-1]} names", path=str(suite), field=where)
     return [p.strip() for p in value]
 
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
+import threading
 import traceback
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from madengine import __version__
 from madengine.cli.env import Environment
 from madengine.cli.render import one_line
-from madengine.core.errors import ExitStatus, MadEngineError
+from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption
 from madengine.core.redact import redact
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench")
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "completion")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded
@@ -28,12 +30,40 @@ EXIT_CODES_HELP = """exit codes:
   2    bad input: usage, a malformed file, an unknown tag, a bad context, bad credentials,
        a service that cannot be reached
   3    internal error in madengine (rerun with --debug for the traceback)
-  130  interrupted (Ctrl-C); results recorded before it are kept
+  129  stopped by SIGHUP; 143 stopped by SIGTERM (a CI system's cancel or timeout): as Ctrl-C
+  130  interrupted (Ctrl-C); results recorded before it are kept, models not yet run get
+       "not run" rows, containers and processes are ended
 
 environment:
   MODEL_DIR         model repository to discover models in (default: current directory)
   MADENGINE_DEBUG   1 shows tracebacks of errors
 """
+
+
+#: what CI systems send on cancel and timeout; handled like Ctrl-C
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM and SIGHUP stop it as Ctrl-C does (rows recorded, containers
+    and processes ended, perf.html written, exit 128 + N). A second signal during that clean-up
+    is ignored; the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        for number in STOP_SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +82,27 @@ def build_parser() -> argparse.ArgumentParser:
                                        parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"madengine.cli.commands.{name}").add_parser(subparsers)
+    for command in _commands(parser):
+        add_output_flags(command)
     return parser
+
+
+def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every (sub)command parser below ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                yield child
+                yield from _commands(child)
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every command takes about how much it says and how."""
+    group = parser.add_argument_group("output")
+    loudness = group.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", "-q", action="store_true", help="print errors and the final summary only")
+    loudness.add_argument("--verbose", action="store_true", help="also print each step's command and timings")
+    group.add_argument("--no-color", action="store_true", help="no colour (also: the NO_COLOR variable)")
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
@@ -65,22 +115,26 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
             args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
-    args.argv = argv  # the exact command line, recorded with every result
+    env.argv = argv  # the exact command line, recorded with every result
+    env.quiet = env.quiet or getattr(args, "quiet", False)
+    env.verbose = env.verbose or getattr(args, "verbose", False)
+    env.no_color = env.no_color or getattr(args, "no_color", False)
     if not args.command:
         parser.print_help(env.stderr)
         return int(ExitStatus.BAD_INPUT)
     debug = args.debug or env.debug
     handler = args.handler
     try:
-        return int(handler(args, env))
+        with signals_interrupt():
+            return int(handler(args, env))
     except MadEngineError as exc:
         if debug:
             traceback.print_exc(file=env.stderr)
         print(f"madengine: error: {one_line(redact(str(exc)))}", file=env.stderr, flush=True)
         return int(exc.exit_status)
-    except KeyboardInterrupt:
-        print("madengine: interrupted", file=env.stderr, flush=True)
-        return int(ExitStatus.INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        print(f"madengine: {interruption(exc)}", file=env.stderr, flush=True)
+        return interrupt_status(exc)
     except BrokenPipeError:
         return int(ExitStatus.OK)
     except Exception as exc:  # a bug: one line, the traceback only on request

@@ -8,10 +8,13 @@ redaction (registered secrets and URL passwords), so no command prints a credent
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import sys
-from typing import Mapping, TextIO
+from typing import Callable, Mapping, Sequence, TextIO
 
+from madengine.core import clock
+from madengine.core.host import Host
 from madengine.core.redact import redact
 
 
@@ -19,8 +22,21 @@ from madengine.core.redact import redact
 class Environment:
     stdout: TextIO = dataclasses.field(default_factory=lambda: sys.stdout)
     stderr: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
+    stdin: TextIO = dataclasses.field(default_factory=lambda: sys.stdin)
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: os.environ)
+    #: the command's arguments (after the program name); ``main`` sets them
+    argv: Sequence[str] = ()
+    clock: Callable[[], datetime.datetime] = clock.now
+    #: --quiet: errors, warnings and the final summary only
     quiet: bool = False
+    #: --verbose: every step's command and timings too
+    verbose: bool = False
+    #: --no-color (NO_COLOR in ``environ`` also turns colour off)
+    no_color: bool = False
+
+    def host(self) -> Host:
+        """What the core may read of this environment (variables, arguments, stdin, clock)."""
+        return Host(environ=self.environ, argv=tuple(self.argv), stdin=self.stdin, clock=self.clock)
 
     def message(self, text: str) -> None:
         """A progress line or notice, on stderr."""
@@ -37,17 +53,28 @@ class Environment:
 
 
 class CliReporter:
-    """The core's progress (``execution.events.Reporter``) as the terminal shows it: messages and
-    ``[key] line`` live output on stderr, data (job ids, rendered scripts) on stdout."""
+    """The core's progress (``core.events.Reporter``) as the terminal shows it: messages, live
+    output and progress on stderr through a view (:mod:`madengine.cli.progress`: a live line on a
+    TTY, timestamped lines elsewhere); data (job ids, rendered scripts) on stdout."""
 
     def __init__(self, env: Environment) -> None:
+        from madengine.cli.progress import make_view
+
         self.env = env
+        self.view = make_view(env, verbose=env.verbose, quiet=env.quiet, no_color=env.no_color)
 
     def message(self, text: str) -> None:
-        self.env.message(text)
+        self.view.message(redact(text))
 
     def output(self, key: str, line: str) -> None:
-        print(redact(f"[{key}] {line}"), file=self.env.stderr, flush=True)
+        self.view.output(key, redact(line))
 
     def data(self, text: str) -> None:
         self.env.data(text)
+
+    def progress(self, event) -> None:
+        self.view.progress(event)
+
+    def close(self) -> None:
+        """End the live line (before the command prints its summary)."""
+        self.view.close()

@@ -15,7 +15,34 @@ class ExitStatus(enum.IntEnum):
     FAILED = 1  #: at least one model, build, task or check failed; results were recorded
     BAD_INPUT = 2  #: bad usage or input: flags, files, JSON, tags, context, credentials, services
     INTERNAL = 3  #: a bug in madengine (unexpected exception); run with --debug for the traceback
-    INTERRUPTED = 130  #: stopped by Ctrl-C; everything finished before it was recorded
+    HANGUP = 129  #: stopped by SIGHUP; as INTERRUPTED
+    INTERRUPTED = 130  #: stopped by Ctrl-C; everything finished before it was recorded, the rest is "not run"
+    TERMINATED = 143  #: stopped by SIGTERM (a CI system's cancel or timeout); as INTERRUPTED
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal that stops a command as Ctrl-C does: SIGTERM or SIGHUP, which CI systems send on
+    cancel and timeout. The command ends cleanly and exits 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        return signal.Signals(self.signum).name
+
+
+def interruption(exc: BaseException) -> str:
+    """How a stop reads in a row's reason: 'interrupted by SIGTERM', or 'interrupted' for Ctrl-C."""
+    return f"interrupted by {exc.name}" if isinstance(exc, Interrupted) else "interrupted"
+
+
+def interrupt_status(exc: BaseException) -> int:
+    """The exit status of a command stopped by ``exc``: 130 for Ctrl-C, 128 + N for signal N."""
+    return 128 + exc.signum if isinstance(exc, Interrupted) else int(ExitStatus.INTERRUPTED)
 
 
 class MadEngineError(Exception):
@@ -81,6 +108,14 @@ class ExecutionError(MadEngineError):
     """A step of a model run failed; the runner turns it into a FAILURE row with ``reason``."""
 
     exit_status = ExitStatus.FAILED
+
+
+class EngineUnavailable(ExecutionError):
+    """The Docker engine stopped answering during a run (connection cut, dockerd restarted)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"docker engine unavailable: {detail}")
+        self.detail = detail
 
 
 class BuildError(ExecutionError):

@@ -80,16 +80,6 @@ def redact(text: str) -> str:
     return text
 
 
-def redact_bytes(data: bytes) -> bytes:
-    if not _ordered and not (b"://" in data and b"@" in data):
-        return data
-    return redact(data.decode("utf-8", "replace")).encode("utf-8")
-
-
-def has_secrets() -> bool:
-    return bool(_ordered)
-
-
 def clear_secrets() -> None:
     """Forget every registered secret (tests use this between cases)."""
     global _ordered

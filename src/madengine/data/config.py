@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from madengine.core.errors import ConfigError
 from madengine.core.jsonio import read_json_file
@@ -158,12 +159,25 @@ def _check_provider(config: ProviderConfig) -> None:
             raise config.error(f"must be a positive number of seconds up to {MAX_TIMEOUT}, got "
                                f"{brief(values['timeout'])}", "timeout")
     if config.type in ("aws", "minio"):
-        from madengine.data.s3 import parse_s3_path
-
         try:
             parse_s3_path(config.path)
         except ValueError as exc:
             raise config.error(str(exc), "path") from None
+
+
+def parse_s3_path(path: str) -> tuple[str, str]:
+    """``s3://bucket/prefix`` (or ``bucket/prefix``) → (bucket, prefix)."""
+    text = path.strip()
+    if "://" in text:
+        parts = urlsplit(text)
+        if parts.scheme.lower() not in ("s3", "minio"):
+            raise ValueError("must be s3://<bucket>/<prefix>")
+        bucket, prefix = parts.netloc, parts.path.lstrip("/")
+    else:
+        bucket, _, prefix = text.lstrip("/").partition("/")
+    if not bucket:
+        raise ValueError("names no bucket (write s3://<bucket>/<prefix>)")
+    return bucket, prefix
 
 
 def _shown(path: Path, root: Path) -> str:

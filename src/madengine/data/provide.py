@@ -75,8 +75,8 @@ def _model_root() -> Path:
     return model_root()
 
 
-def load_config(options: Any, context: Any, root: Path) -> DataConfig:
-    name = options.data_config_file_name or DEFAULT_DATA_FILE
+def load_config(data_file: str | None, context: Any, root: Path) -> DataConfig:
+    name = data_file or DEFAULT_DATA_FILE
     return load_data_config(name, context.get("data"), root, explicit=name != DEFAULT_DATA_FILE)
 
 
@@ -112,7 +112,7 @@ def deliver(dataname: str, position: int, providers: list[ProviderConfig], *, cr
 
 def apply_deliveries(spec: Any, deliveries: list[Delivery], executor_name: str) -> None:
     """Mounts (docker), ``MAD_DATAHOME``/``MAD_DATANAME`` and the perf row's data columns."""
-    from madengine.execution.plan import Mount
+    from madengine.core.spec import Mount
 
     homes = []
     for delivery in deliveries:
@@ -132,28 +132,27 @@ def apply_deliveries(spec: Any, deliveries: list[Delivery], executor_name: str) 
     )
 
 
-def provide_data(spec: Any, options: Any, context: Any, executor_name: str, workspace: str,
-                 reporter: Any) -> None:
-    """Deliver every data set of ``spec.model`` and wire it into ``spec`` (runner hook).
+def provide_data(spec: Any, *, data_file: str | None, force_mirror_local: str | None, context: Any,
+                 executor_name: str, reporter: Any, live_output: bool) -> None:
+    """Deliver every data set of ``spec.model`` and wire it into ``spec`` (a run extension).
 
-    ``workspace`` (the work folder as the model sees it) is part of the hook's signature; every
-    provider here fetches on the host, so none needs it.
+    Every provider fetches on the host; the docker executor gets mounts, the local executor the
+    host folders themselves.
     """
-    del workspace
     root = _model_root()
-    config = load_config(options, context, root)
+    config = load_config(data_file, context, root)
     credentials = load_credentials()
-    live = (lambda line: reporter.output(spec.key, line)) if getattr(options, "live_output", False) else None
+    live = (lambda line: reporter.output(spec.key, line)) if live_output else None
     log = DataLog(spec.log_path, reporter.message, live)
     deliveries = [
         deliver(name, position, config.providers(name, spec.model.name), credentials=credentials, root=root,
-                workdir=spec.workdir, force_mirror_local=options.force_mirror_local, log=log)
+                workdir=spec.workdir, force_mirror_local=force_mirror_local, log=log)
         for position, name in enumerate(spec.model.data_names)
     ]
     apply_deliveries(spec, deliveries, executor_name)
 
 
-def check_run_inputs(models: Iterable[Any], options: Any, context: Any) -> None:
+def check_run_inputs(models: Iterable[Any], data_file: str | None, context: Any) -> None:
     """Before anything runs: data names defined, data.json and credential.json well-formed, and
     every credential a selected model or data provider needs present and usable. Raises
     ConfigError / CredentialError (the CLI's one-line error, exit 2)."""
@@ -165,7 +164,7 @@ def check_run_inputs(models: Iterable[Any], options: Any, context: Any) -> None:
     credentials = load_credentials()
     if data_models:
         root = _model_root()
-        config = load_config(options, context, root)
+        config = load_config(data_file, context, root)
         types = {p.type for m in data_models for n in m.data_names for p in config.providers(n, m.name)}
         if "aws" in types:
             credentials.s3(AWS_S3)

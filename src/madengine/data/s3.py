@@ -15,32 +15,16 @@ import re
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from madengine.core.errors import MadEngineError
 from madengine.core.redact import redact
 from madengine.data.base import DataLog, FetchStats, unavailable
-from madengine.data.config import ProviderConfig
+from madengine.data.config import ProviderConfig, parse_s3_path
 from madengine.data.credentials import AWS_S3, MINIO, Credentials
 from madengine.data.mirror import Mirror, part_path, safe_relative
 
 _MD5_ETAG = re.compile(r"^[0-9a-f]{32}$")
 _SAVE_EVERY = 25  # objects between state saves, so an interrupted sync resumes where it stopped
-
-
-def parse_s3_path(path: str) -> tuple[str, str]:
-    """``s3://bucket/prefix`` (or ``bucket/prefix``) → (bucket, prefix)."""
-    text = path.strip()
-    if "://" in text:
-        parts = urlsplit(text)
-        if parts.scheme.lower() not in ("s3", "minio"):
-            raise ValueError("must be s3://<bucket>/<prefix>")
-        bucket, prefix = parts.netloc, parts.path.lstrip("/")
-    else:
-        bucket, _, prefix = text.lstrip("/").partition("/")
-    if not bucket:
-        raise ValueError("names no bucket (write s3://<bucket>/<prefix>)")
-    return bucket, prefix
 
 
 class S3Source:

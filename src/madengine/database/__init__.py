@@ -3,8 +3,8 @@
 ``update-table`` can always bring up to date. Database drivers are imported only when used.
 """
 
-from madengine.database.api import (CreateResult, ImportResult, create_table, fetch_run, list_runs, update_table,
-                                    upload_mongodb)
+from madengine.database.api import (CreateResult, ImportResult, create_table, fetch_history, fetch_run, list_runs,
+                                    update_table, upload_mongodb)
 from madengine.database.mongo import UPLOAD_TYPES, UploadResult
 from madengine.database.rows import BASELINE_WINDOW
 from madengine.database.sql import DEFAULT_TABLE, RunInfo
@@ -12,6 +12,6 @@ from madengine.database.urls import DbUrl, mask_url, parse_url, resolve_mongo_ur
 
 __all__ = [
     "CreateResult", "ImportResult", "UploadResult", "RunInfo", "DbUrl", "BASELINE_WINDOW", "DEFAULT_TABLE",
-    "UPLOAD_TYPES", "create_table", "update_table", "fetch_run", "list_runs", "upload_mongodb", "mask_url",
+    "UPLOAD_TYPES", "create_table", "update_table", "fetch_history", "fetch_run", "list_runs", "upload_mongodb", "mask_url",
     "parse_url", "resolve_sql_url", "resolve_mongo_url",
 ]

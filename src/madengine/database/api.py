@@ -80,8 +80,9 @@ def update_table(csv_file_path: Path, db_url: str | None = None, environ: Mappin
     """Import the rows of a perf.csv that the database does not have yet.
 
     Each new SUCCESS row gets ``relative_change`` against the mean of the ``window`` latest
-    SUCCESS rows of the same model, GPU architecture and base image (rows of this import count
-    once inserted, in file order).
+    SUCCESS rows of the same result identity after its last change point (``rows.Baselines``;
+    rows of this import count once inserted, in file order). A table of an earlier release is
+    migrated in place first (new columns, ``identity_key`` filled in).
     """
     environ = _environ(environ)
     csv_file_path = Path(csv_file_path)
@@ -118,6 +119,17 @@ def fetch_run(db_url: str | None, run_id: str, environ: Mapping[str, str] | None
     with open_store(url, table, environ, create=False) as store:
         store.require_table()
         return store.fetch_run(run_id)
+
+
+def fetch_history(db_url: str | None = None, environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE,
+                  models: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Every SUCCESS row (identity columns, performance, perf_samples, run_id, started_at, created_date,
+    id), oldest first, of every model or of ``models``: the history ``report regressions`` reads."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        return store.fetch_history(models)
 
 
 def list_runs(db_url: str | None = None, environ: Mapping[str, str] | None = None,

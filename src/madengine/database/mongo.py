@@ -29,10 +29,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from madengine.core.errors import CredentialError, InputError, MadEngineError, ServiceError
 from madengine.core.values import MAX_TIMEOUT, brief, whole_number
-from madengine.database.rows import GroupKey, ImportRow, content_keys, numeric_performances
-from madengine.database.sql import EXTRA_COLUMN, RunInfo, TableState
+from madengine.database.rows import IDENTITY_COLUMN, GroupKey, ImportRow, content_keys, numeric_performances
+from madengine.database.sql import EXTRA_COLUMN, HISTORY_COLUMNS, RunInfo, TableState
 from madengine.database.urls import DEFAULT_MONGO_DATABASE, DbUrl
 from madengine.results.columns import ALL_COLUMNS, Status
+from madengine.results.identity import ResultIdentity
 from madengine.results.parsing import as_number
 from madengine.results.perfcsv import read_rows
 
@@ -141,7 +142,20 @@ class MongoStore:
         self.collection.create_index([("model", 1), ("gpu_architecture", 1), ("base_docker", 1), ("status", 1),
                                       ("seq", -1)], name=f"{self.table}_group")
         self.collection.create_index([("run_id", 1), ("seq", 1)], name=f"{self.table}_run")
+        self.collection.create_index([(IDENTITY_COLUMN, 1), ("status", 1), ("seq", -1)], name=f"{self.table}_identity")
+        if existed:
+            self._fill_identity_keys()
         return TableState(created=not existed, added_columns=())
+
+    def _fill_identity_keys(self) -> None:
+        """Migration in place: documents an earlier release stored get their ``identity_key``
+        (``{field: None}`` matches documents without the field)."""
+        from pymongo import UpdateOne
+
+        requests = [UpdateOne({"_id": d["_id"]}, {"$set": {IDENTITY_COLUMN: ResultIdentity.from_row(d).key()}})
+                    for d in self.collection.find({IDENTITY_COLUMN: None})]
+        for start in range(0, len(requests), _BATCH):
+            self.collection.bulk_write(requests[start:start + _BATCH], ordered=False)
 
     def existing_keys(self, keys: Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -151,11 +165,17 @@ class MongoStore:
         return found
 
     def recent_success(self, group: GroupKey, window: int) -> list[float]:
-        model, arch, base = group
-        cursor = self.collection.find({"model": model, "gpu_architecture": arch, "base_docker": base,
-                                       "status": Status.SUCCESS}, {"performance": 1, "_id": 0})
+        cursor = self.collection.find({IDENTITY_COLUMN: group, "status": Status.SUCCESS}, {"performance": 1, "_id": 0})
         cursor = cursor.sort("seq", -1).limit(window * 4)
         return numeric_performances(d.get("performance") for d in cursor)[:window]
+
+    def fetch_history(self, models: Sequence[str] = ()) -> list[dict[str, str]]:
+        query: dict[str, Any] = {"status": Status.SUCCESS}
+        if models:
+            query["model"] = {"$in": list(models)}
+        fields = {name: 1 for name in HISTORY_COLUMNS if name != "id"}
+        return [{name: "" if d.get(name) is None else str(d.get(name)) for name in HISTORY_COLUMNS if name != "id"}
+                | {"id": str(d.get("seq", ""))} for d in self.collection.find(query, fields).sort("seq", 1)]
 
     def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
         UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
@@ -166,7 +186,7 @@ class MongoStore:
             requests = []
             for offset, row in enumerate(rows[start:start + _BATCH]):
                 document = {**row.cells, EXTRA_COLUMN: dict(row.extra), "created_date": created_date,
-                            "seq": first_seq + start + offset}
+                            "seq": first_seq + start + offset, IDENTITY_COLUMN: row.group}
                 requests.append(UpdateOne({"_id": row.key}, {"$setOnInsert": document}, upsert=True))
             inserted += self.collection.bulk_write(requests, ordered=True).upserted_count
         return inserted

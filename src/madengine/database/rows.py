@@ -14,20 +14,25 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from madengine.core.errors import InputError
 from madengine.core.jsonio import read_json_file
 from madengine.results.columns import ALL_COLUMNS, Status
+from madengine.results.identity import ResultIdentity
 from madengine.results.parsing import as_number
 from madengine.results.perfcsv import read_header, read_rows
+from madengine.stats.changepoint import current_segment
 
-BASELINE_WINDOW = 5  #: relative_change compares with the mean of this many latest SUCCESS rows
+BASELINE_WINDOW = 5  #: relative_change compares with the mean of at most this many latest SUCCESS rows
+BASELINE_HISTORY = 30  #: latest SUCCESS rows searched for a change point that starts the current baseline
 KEY_EXCLUDED = ("relative_change",)
+IDENTITY_COLUMN = "identity_key"  #: stored beside the perf.csv columns: ResultIdentity.key() of the row
 ENRICHED_COLUMNS = ("tags", "args", "n_gpus", "training_precision")  # filled from --model-json-path
 
-GroupKey = tuple[str, str, str]  # model, gpu_architecture, base_docker
+GroupKey = str  # ResultIdentity.key()
 
 
 @dataclasses.dataclass
@@ -40,10 +45,8 @@ class ImportRow:
 
     @property
     def group(self) -> GroupKey:
-        return (self.cells["model"], self.cells["gpu_architecture"], self.cells["base_docker"])
-
-    def as_perf_row(self) -> dict[str, str]:
-        return {**self.cells, **self.extra}
+        """The row's identity key (``madengine.results.identity``): what its baseline is made of."""
+        return ResultIdentity.from_row(self.cells).key()
 
 
 def now_text() -> str:
@@ -136,26 +139,31 @@ def enrich_from_models(rows: Iterable[ImportRow], entries: dict[str, dict[str, A
 
 
 class Baselines:
-    """The latest SUCCESS performances per (model, GPU architecture, base image).
+    """The latest SUCCESS performances per result identity, and ``relative_change`` against them.
 
-    Seeded once per group from the store (``fetch(group, window)`` returns the newest first),
-    then kept up to date in memory as rows are inserted, so rows of one import see the rows
-    inserted before them: importing a perf.csv at once or in parts gives the same values.
+    The baseline is the one ``report regressions`` uses: the mean of the latest ``window`` SUCCESS
+    figures of the same identity **after the last change point** found in the latest ``history``
+    ones (:func:`madengine.stats.changepoint.current_segment`), so a row is never compared with a
+    mix of figures from before and after a step. Seeded once per identity from the store
+    (``fetch(identity_key, history)`` returns the newest first), then kept up to date in memory as
+    rows are inserted: importing a perf.csv at once or in parts gives the same values.
     """
 
-    def __init__(self, fetch: Callable[[GroupKey, int], list[float]], window: int = BASELINE_WINDOW) -> None:
+    def __init__(self, fetch: Callable[[GroupKey, int], list[float]], window: int = BASELINE_WINDOW,
+                 history: int = BASELINE_HISTORY) -> None:
         self._fetch = fetch
         self.window = window
+        self.history = max(history, window)
         self._recent: dict[GroupKey, list[float]] = {}
 
     def _values(self, group: GroupKey) -> list[float]:
         if group not in self._recent:
-            self._recent[group] = list(self._fetch(group, self.window))[: self.window]
+            self._recent[group] = list(self._fetch(group, self.history))[: self.history]
         return self._recent[group]
 
     def relative_change(self, row: ImportRow) -> str:
         """The JSON ``relative_change`` of ``row`` ('' when there is nothing to compare), and
-        remember ``row`` as the newest result of its group."""
+        remember ``row`` as the newest result of its identity."""
         if row.cells["status"] != Status.SUCCESS:
             return ""
         value = as_number(row.cells["performance"])
@@ -163,15 +171,21 @@ class Baselines:
             return ""
         recent = self._values(row.group)
         text = ""
-        if recent:
-            baseline = sum(recent) / len(recent)
-            if baseline != 0:
-                text = json.dumps({"pct_change": round((value - baseline) / baseline * 100, 4),
-                                   "baseline_avg": round(baseline, 6), "sample_count": len(recent)},
-                                  sort_keys=True)
+        baseline_values = current_segment(recent[::-1])[-self.window:] if recent else []
+        if baseline_values:
+            baseline = _mean(baseline_values)
+            change = (value - baseline) / baseline * 100 if baseline != 0 else math.nan
+            if math.isfinite(change):
+                text = json.dumps({"pct_change": round(change, 4), "baseline_avg": round(baseline, 6),
+                                   "sample_count": len(baseline_values)}, sort_keys=True)
         recent.insert(0, value)
-        del recent[self.window:]
+        del recent[self.history:]
         return text
+
+
+def _mean(values: Sequence[float]) -> float:
+    scale = max(abs(v) for v in values) or 1.0
+    return sum(v / scale for v in values) / len(values) * scale
 
 
 def numeric_performances(values: Iterable[Any]) -> list[float]:

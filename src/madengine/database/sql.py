@@ -18,9 +18,11 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from madengine.core.errors import ConfigError, CredentialError, InputError, MadEngineError, ServiceError
-from madengine.database.rows import GroupKey, ImportRow, numeric_performances
+from madengine.database.rows import IDENTITY_COLUMN, GroupKey, ImportRow, numeric_performances
 from madengine.database.urls import DbUrl, check_identifier
 from madengine.results.columns import ALL_COLUMNS, Status
+from madengine.results.identity import FIELDS as IDENTITY_FIELDS
+from madengine.results.identity import ResultIdentity
 
 DEFAULT_TABLE = "dlm_table"  # the original tool's table name, so dashboards keep their queries
 EXTRA_COLUMN = "extra_columns"
@@ -28,6 +30,7 @@ SQLITE_BUSY_TIMEOUT_S = 10.0
 MYSQL_CONNECT_TIMEOUT_S = 5.0
 MYSQL_IO_TIMEOUT_S = 120  # a server that dies mid-import must not hang the command
 _BATCH = 500
+_MYSQL_IDENTITY_INDEX = f"{IDENTITY_COLUMN}(255), status(16)"  # TEXT columns are indexed by prefix
 _RETRY_HINT = "perf.csv keeps every row: run 'madengine database update-table' again once it is reachable"
 
 
@@ -50,7 +53,9 @@ SQLITE = _Dialect("sqlite", "?", '"', "id INTEGER PRIMARY KEY AUTOINCREMENT", "r
 MYSQL = _Dialect("mysql", "%s", "`", "id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
                  "row_key CHAR(64) NOT NULL UNIQUE", "created_date DATETIME NOT NULL", "INSERT IGNORE")
 
-STORED_COLUMNS: tuple[str, ...] = (*ALL_COLUMNS, EXTRA_COLUMN)
+STORED_COLUMNS: tuple[str, ...] = (*ALL_COLUMNS, EXTRA_COLUMN, IDENTITY_COLUMN)
+HISTORY_COLUMNS = ("id", *IDENTITY_FIELDS, "status", "performance", "perf_samples", "run_id", "started_at",
+                   "created_date")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +227,7 @@ class SqlStore:
             # TEXT columns are indexed by prefix in MySQL
             columns.append(f"INDEX {q(self.table + '_group')} (model(100), gpu_architecture(64), base_docker(100), status(16))")
             columns.append(f"INDEX {q(self.table + '_run')} (run_id(64))")
+            columns.append(f"INDEX {q(self.table + '_identity')} ({_MYSQL_IDENTITY_INDEX})")
             return f"CREATE TABLE IF NOT EXISTS {q(self.table)} ({', '.join(columns)}) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
         return f"CREATE TABLE IF NOT EXISTS {q(self.table)} ({', '.join(columns)})"
 
@@ -230,6 +236,26 @@ class SqlStore:
         self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_group')} ON {{t}} "
                       "(model, gpu_architecture, base_docker, status)")
         self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_run')} ON {{t}} (run_id)")
+        self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_identity')} ON {{t}} ({IDENTITY_COLUMN}, status)")
+
+    def _create_mysql_identity_index(self) -> None:
+        """The identity index on a table an earlier release created (MySQL has no IF NOT EXISTS for it)."""
+        name = self.table + "_identity"
+        cursor = self._execute("SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() "
+                               "AND table_name = ? AND index_name = ?", (self.table, name))
+        if not cursor.fetchone()[0]:
+            self._execute(f"ALTER TABLE {{t}} ADD INDEX {self.dialect.q(name)} ({_MYSQL_IDENTITY_INDEX})")
+
+    def _fill_identity_keys(self) -> int:
+        """Migration in place: rows imported by an earlier release get their ``identity_key``."""
+        names = ", ".join(self.dialect.q(n) for n in ("id", *IDENTITY_FIELDS))
+        cursor = self._execute(f"SELECT {names} FROM {{t}} WHERE {IDENTITY_COLUMN} IS NULL")
+        rows = cursor.fetchall()
+        updates = [(ResultIdentity.from_row(dict(zip(IDENTITY_FIELDS, row[1:]))).key(), row[0]) for row in rows]
+        statement = self._sql(f"UPDATE {{t}} SET {IDENTITY_COLUMN} = ? WHERE id = ?")
+        for start in range(0, len(updates), _BATCH):
+            self.connection.cursor().executemany(statement, updates[start:start + _BATCH])
+        return len(updates)
 
     def create_table(self) -> TableState:
         """Create the results table, or add the columns a newer madengine has; idempotent."""
@@ -248,6 +274,10 @@ class SqlStore:
                     added.append(name)
         if self.dialect is SQLITE:
             self._create_sqlite_indexes()
+        elif existed:
+            self._create_mysql_identity_index()
+        if existed:
+            self._fill_identity_keys()
         return TableState(created=not existed, added_columns=tuple(added))
 
     # --- rows ---
@@ -261,11 +291,28 @@ class SqlStore:
         return found
 
     def recent_success(self, group: GroupKey, window: int) -> list[float]:
-        """Performances of the newest SUCCESS rows of ``group``, newest first."""
+        """Performances of the newest SUCCESS rows of the identity ``group``, newest first."""
         cursor = self._execute(
-            "SELECT performance FROM {t} WHERE model = ? AND gpu_architecture = ? AND base_docker = ? AND status = ? "
-            "ORDER BY id DESC LIMIT ?", (*group, Status.SUCCESS, window * 4))
+            f"SELECT performance FROM {{t}} WHERE {IDENTITY_COLUMN} = ? AND status = ? ORDER BY id DESC LIMIT ?",
+            (group, Status.SUCCESS, window * 4))
         return numeric_performances(r[0] for r in cursor.fetchall())[:window]
+
+    def fetch_history(self, models: Sequence[str] = ()) -> list[dict[str, str]]:
+        """The SUCCESS rows (``HISTORY_COLUMNS``) of every identity, or of ``models``, in insertion order.
+
+        Read-only, so a table of an earlier release (without the newer columns) is read as it is:
+        the columns it lacks come back empty.
+        """
+        present = set(self.columns())
+        names = [n for n in HISTORY_COLUMNS if n in present]
+        query, params = f"SELECT {', '.join(self.dialect.q(n) for n in names)} FROM {{t}} WHERE status = ?", \
+            [Status.SUCCESS]
+        if models:
+            query += f" AND model IN ({', '.join('?' for _ in models)})"
+            params += list(models)
+        cursor = self._execute(query + " ORDER BY id", params)
+        empty = dict.fromkeys(HISTORY_COLUMNS, "")
+        return [{**empty, **{name: _text(value) for name, value in zip(names, row)}} for row in cursor.fetchall()]
 
     def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
         """Insert ``rows`` (a row whose key is already stored is skipped); returns how many were new."""
@@ -276,7 +323,7 @@ class SqlStore:
         inserted = 0
         for start in range(0, len(rows), _BATCH):
             values = [(row.key, created_date, *(row.cells[n] for n in ALL_COLUMNS),
-                       json.dumps(row.extra, ensure_ascii=False) if row.extra else "")
+                       json.dumps(row.extra, ensure_ascii=False) if row.extra else "", row.group)
                       for row in rows[start:start + _BATCH]]
             cursor = self.connection.cursor()
             cursor.executemany(self._sql(statement), values)

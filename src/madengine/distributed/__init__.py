@@ -1,12 +1,30 @@
 """Beyond one machine: the build/run split (build manifests, registry and archive transport),
 Slurm execution, and parallel scheduling of models on one host.
 
-Public surface: :func:`build_models`, :func:`load_manifest`, :class:`Manifest`,
-:func:`run_on_slurm`, :func:`collect_by_job_id`, :func:`run_parallel`.
+Public surface: :class:`Manifest`, :func:`load_manifest`, :class:`ManifestImages`,
+:func:`run_on_slurm`, :func:`collect_by_job_id`, :func:`run_parallel`, and the option groups
+:class:`TransportOptions`, :class:`ParallelOptions`, :class:`SlurmOptions`. Names are imported
+on first use, so a run that needs only the option groups does not load Slurm or the registry code.
 """
 
-from madengine.distributed.manifest import Manifest, build_models, load_manifest
-from madengine.distributed.parallel import run_parallel
-from madengine.distributed.slurm import collect_by_job_id, run_on_slurm
+from __future__ import annotations
 
-__all__ = ["Manifest", "build_models", "load_manifest", "run_on_slurm", "collect_by_job_id", "run_parallel"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Manifest": "madengine.distributed.manifest", "ManifestImages": "madengine.distributed.manifest",
+    "load_manifest": "madengine.distributed.manifest", "ParallelOptions": "madengine.distributed.options",
+    "SlurmOptions": "madengine.distributed.options", "TransportOptions": "madengine.distributed.options",
+    "run_on_slurm": "madengine.distributed.slurm", "collect_by_job_id": "madengine.distributed.slurm",
+    "run_parallel": "madengine.distributed.parallel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'madengine.distributed' has no attribute '{name}'")
+
+
+__all__ = sorted(_EXPORTS)

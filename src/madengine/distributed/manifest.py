@@ -15,29 +15,23 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Mapping, Sequence
 
 from madengine import __version__
-from madengine.catalog import Catalog, Model, load_catalog, select_models
+from madengine.catalog import Catalog, Model, select_models
 from madengine.catalog.schema import model_from_entry
-from madengine.catalog.sources import model_root
-from madengine.context import build_context, select_dockerfiles
-from madengine.core.clock import utc_now
-from madengine.core.errors import ConfigError, InputError, MadEngineError
+from madengine.core.errors import ConfigError, InputError
+from madengine.core.events import Reporter
+from madengine.core.ids import machine_name
 from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
 from madengine.distributed import transport
-from madengine.core.events import Reporter
-from madengine.execution.options import RunOptions
-from madengine.core.ids import machine_name
+from madengine.distributed.options import DEFAULT_MANIFEST, TransportOptions
+from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.plan import image_key
-from madengine.core.ids import new_run_id
-from madengine.execution.runner import Runner, choose_executor
-from madengine.results import PerfRecord
 
 FORMAT = "madengine-build-manifest"
 FORMAT_VERSION = 1
-DEFAULT_MANIFEST = "build_manifest.json"
 
 
 
@@ -183,169 +177,103 @@ def load_manifest(path: str | Path) -> Manifest:
 
 
 # -- build -------------------------------------------------------------------------------------
-def _context_record(context: Any) -> dict[str, Any]:
+def context_record(context: Any) -> dict[str, Any]:
     """What the manifest says about the build context: the summary and the (redacted) build args."""
     record = dict(context.summary())
     record["docker_build_arg"] = {k: redact(str(v)) for k, v in context.docker_build_arg.items()}
     return record
 
 
-def _build_one(runner: Runner, model: Model, dockerfile: Any, registry: str | None,
-               auth: transport.RegistryAuth | None, archive_dir: Path | None) -> ManifestImage | FailedBuild:
-    key = image_key(model.name, dockerfile.stem)
-    root = runner.root
-    shown = _relative(dockerfile.path, root)
-    build_args = runner.build_args(model)
-    context_dir = (root / model.dockercontext) if model.dockercontext else dockerfile.path.parent
-    try:
-        build = runner.obtain_image(model, key, dockerfile.path, context_dir, build_args)
-    except MadEngineError as exc:
-        return FailedBuild(model.name, redact(str(exc)), key, shown, model_entry(model))
-    entry = ManifestImage(
-        model=model.name, image=key, image_id=build.image_id, dockerfile=shown, base_docker=build.base_docker,
-        docker_sha=build.docker_sha, build_args={k: redact(str(v)) for k, v in build_args.items()},
-        build_duration=round(build.duration, 3), built_at=utc_now(), model_entry=model_entry(model))
-    client = runner.executor.client
-    try:
-        if registry:
-            runner.reporter.message(f"madengine: pushing {key} to {registry}")
-            entry.registry_image = transport.push(client, build.image_id, f"{registry}/{key}", runner.run_id, auth)
-        if archive_dir is not None:
-            name = transport.archive_name(key, build.image_id)
-            runner.reporter.message(f"madengine: saving {key} to {archive_dir / name}")
-            transport.save(client, build.image_id, archive_dir, name)
+def new_manifest(build_id: str, built_at: str, root: Path, tags: list[str], context: Any,
+                 transport: TransportOptions) -> Manifest:
+    archive = Path(transport.image_archive).resolve() if transport.image_archive else None
+    return Manifest(build_id=build_id, built_at=built_at, madengine_version=__version__, machine=machine_name(),
+                    model_repository=str(root), tags=list(tags), context=context_record(context),
+                    registry=transport.registry, image_archive=str(archive) if archive else None)
+
+
+class Publisher:
+    """Sends built images where other hosts find them: a registry (by digest) and/or an archive folder."""
+
+    def __init__(self, client: Any, manifest: Manifest, reporter: Reporter, run_id: str,
+                 auth: transport.RegistryAuth | None) -> None:
+        self.client = client
+        self.registry = manifest.registry
+        self.archive_dir = Path(manifest.image_archive) if manifest.image_archive else None
+        self.reporter = reporter
+        self.run_id = run_id
+        self.auth = auth
+        if self.registry:
+            transport.login(client, self.registry, auth)
+
+    def publish(self, entry: ManifestImage) -> None:
+        """Push and/or save ``entry``'s image, recording where it went; a MadEngineError if it fails."""
+        if self.registry:
+            self.reporter.message(f"madengine: pushing {entry.image} to {self.registry}")
+            entry.registry_image = transport.push(self.client, entry.image_id, f"{self.registry}/{entry.image}",
+                                                  self.run_id, self.auth)
+        if self.archive_dir is not None:
+            name = transport.archive_name(entry.image, entry.image_id)
+            self.reporter.message(f"madengine: saving {entry.image} to {self.archive_dir / name}")
+            transport.save(self.client, entry.image_id, self.archive_dir, name)
             entry.archive = name
-    except MadEngineError as exc:
-        return FailedBuild(model.name, f"built as {build.image_id[:19]} but {exc}", key, shown, model_entry(model))
-    return entry
 
 
-def build_models(options: RunOptions, reporter: Reporter | None = None, *,
-                 manifest_path: str | Path = DEFAULT_MANIFEST,
-                 auth: transport.RegistryAuth | None = None) -> Manifest:
-    """Build every selected model's images (pushing or saving them when asked) and write the manifest.
+def built_entry(model: Model, target: Target, image: ImageInfo, built_at: str) -> ManifestImage:
+    return ManifestImage(
+        model=model.name, image=target.key, image_id=image.image_id, dockerfile=target.docker_file,
+        base_docker=image.base_docker, docker_sha=image.docker_sha,
+        build_args={k: redact(str(v)) for k, v in target.source.build_args.items()},
+        build_duration=round(image.duration, 3), built_at=built_at, model_entry=model_entry(model))
 
-    A model whose Dockerfiles cannot be selected or whose build, push or save fails is listed
-    under ``failed`` with the reason; the other models go on.
-    """
-    reporter = reporter or Reporter()
-    if not options.tags:
-        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
-    registry = transport.check_registry(options.registry) if options.registry else None
-    context = build_context(context_file=options.context_file, context_string=options.context_string)
-    catalog = load_catalog()
-    models = select_models(catalog, options.tags)
-    executor = choose_executor(dataclasses.replace(options, executor="docker"), reporter)
-    if registry:
-        transport.login(executor.client, registry, auth)
-    archive_dir = Path(options.image_archive).resolve() if options.image_archive else None
-    build_id = new_run_id()
-    runner = Runner(options, context, catalog, executor, reporter, build_id)
-    manifest = Manifest(build_id=build_id, built_at=utc_now(), madengine_version=__version__, machine=machine_name(),
-                        model_repository=str(catalog.root), tags=list(options.tags),
-                        context=_context_record(context), registry=registry,
-                        image_archive=str(archive_dir) if archive_dir else None)
-    reporter.message(f"madengine: build {build_id}: {len(models)} model(s); manifest → {manifest_path}")
-    for model in models:
-        try:
-            dockerfiles = select_dockerfiles(catalog.root, model.name, model.dockerfile, context.values)
-        except MadEngineError as exc:
-            manifest.failed.append(FailedBuild(model.name, redact(str(exc)), model_entry=model_entry(model)))
-            continue
-        for dockerfile in dockerfiles:
-            outcome = _build_one(runner, model, dockerfile, registry, auth, archive_dir)
-            if isinstance(outcome, FailedBuild):
-                manifest.failed.append(outcome)
-                reporter.message(f"madengine: {model.name}: build FAILED ({outcome.reason})")
-            else:
-                manifest.images.append(outcome)
-                reporter.message(f"madengine: {model.name}: built {outcome.image} ({outcome.image_id[:19]})")
-    write_manifest(manifest, Path(manifest_path))
-    return manifest
+
+def failed_entry(model: Model, reason: str, target: Target | None = None) -> FailedBuild:
+    return FailedBuild(model.name, redact(reason), target.key if target else "", target.docker_file if target else "",
+                       model_entry(model))
 
 
 # -- run ---------------------------------------------------------------------------------------
-class ManifestRunner(Runner):
-    """A Runner whose images come from a build manifest: looked up by id, loaded from the image
-    archive or pulled from the registry when absent, never built."""
+class ManifestImages:
+    """The image source of ``run --manifest-file``: each image looked up by id, loaded from the
+    image archive or pulled from the registry when absent, never built. A failed build is a
+    target that cannot run (its FAILURE row says why)."""
 
-    def __init__(self, *args: Any, manifest: Manifest, auth: transport.RegistryAuth | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, manifest: Manifest, client: Any, transport_options: TransportOptions, reporter: Reporter,
+                 auth: transport.RegistryAuth | None) -> None:
         self.manifest = manifest
+        self.client = client
+        self.options = transport_options
+        self.reporter = reporter
         self.auth = auth
 
-    def _run_docker(self, model: Model, gpu_ids: list[int]) -> Iterator[PerfRecord]:
-        for failed in self.manifest.failures_of(model.name):
-            yield self.failure(model, f"not built: {failed.reason}", docker_file=failed.dockerfile,
-                               docker_image=failed.image)
-        for entry in self.manifest.images_of(model.name):
-            if self._interrupted:
-                return
-            try:
-                build = self.obtain_image(model, entry.image, Path(entry.dockerfile), self.root, entry.build_args)
-            except MadEngineError as exc:
-                yield self.failure(model, str(exc), docker_file=entry.dockerfile, docker_image=entry.image,
-                                   image_id=entry.image_id)
-                continue
-            # run by image id: the local name may since point at a rebuilt image
-            for record in self._run_spec(model, entry.image, gpu_ids, image=entry.image_id,
-                                         docker_file=entry.dockerfile, build=build):
-                record.docker_image = entry.image
-                yield record
+    def targets(self, model: Model) -> list[Target]:
+        failed = [Target(key=f.image or image_key(model.name, "unbuilt"), docker_file=f.dockerfile,
+                         failure=f"not built: {f.reason}") for f in self.manifest.failures_of(model.name)]
+        built = [Target(key=e.image, docker_file=e.dockerfile, source=e) for e in self.manifest.images_of(model.name)]
+        return failed + built
 
-    def obtain_image(self, model: Model, key: str, dockerfile: Path, context_dir: Path,
-                     build_args: dict[str, str]) -> Any:
-        from madengine.execution.docker import BuildInfo
-
-        entry = self.manifest.image(key)
+    def obtain(self, target: Target) -> ImageInfo:
+        entry: ManifestImage = target.source
         archive_dir = self.options.image_archive or self.manifest.image_archive
         archive = Path(archive_dir) / entry.archive if archive_dir and entry.archive else None
         reference = entry.registry_image
         if reference and self.options.registry:
             reference = transport.relocate(reference, transport.check_registry(self.options.registry))
         started = time.monotonic()
-        transport.ensure_image(self.executor.client, image=key, image_id=entry.image_id, archive=archive,
+        transport.ensure_image(self.client, image=entry.image, image_id=entry.image_id, archive=archive,
                                reference=reference, auth=self.auth)
         waited = time.monotonic() - started
         if waited > 1:
-            self.reporter.message(f"madengine: {key} fetched in {waited:.1f} s")
-        return BuildInfo(image=key, image_id=entry.image_id, base_docker=entry.base_docker,
-                         docker_sha=entry.docker_sha, duration=entry.build_duration)
+            self.reporter.message(f"madengine: {entry.image} fetched in {waited:.1f} s")
+        # run by image id: the local name may since point at a rebuilt image
+        return ImageInfo(image=entry.image, image_id=entry.image_id, base_docker=entry.base_docker,
+                         docker_sha=entry.docker_sha, duration=entry.build_duration, how="manifest")
 
 
-@dataclasses.dataclass
-class ManifestPlan:
-    options: RunOptions
-    catalog: Catalog
-    models: list[Model]
-    make_runner: Callable[..., Runner]
-
-
-def plan_manifest_run(options: RunOptions, environ: Mapping[str, str] | None = None) -> ManifestPlan:
-    """The models and the Runner factory of ``run --manifest-file`` (``--tags`` filters the manifest)."""
-    manifest = load_manifest(options.manifest_file or DEFAULT_MANIFEST)
-    if options.executor == "local":
-        raise InputError("a manifest run runs the manifest's images, which needs Docker", path="--executor",
-                         hint="use --executor docker (or auto)")
-    if options.executor == "auto":
-        options = dataclasses.replace(options, executor="docker")
+def manifest_models(manifest: Manifest, root: Path, tags: Sequence[str]) -> list[Model]:
+    """The models of ``run --manifest-file`` (``--tags`` filters the manifest)."""
     models = manifest.models()
-    root = model_root()
-    if options.tags:
-        chosen = {m.name for m in select_models(Catalog(root=root, models=models), options.tags)}
+    if tags:
+        chosen = {m.name for m in select_models(Catalog(root=root, models=models), list(tags))}
         models = [m for m in models if m.name in chosen]
-    auth = transport.registry_auth(environ if environ is not None else os.environ)
-
-    def make_runner(*args: Any) -> Runner:
-        return ManifestRunner(*args, manifest=manifest, auth=auth)
-
-    return ManifestPlan(options=options, catalog=Catalog(root=root, models=models), models=models,
-                        make_runner=make_runner)
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
+    return models

@@ -10,28 +10,27 @@ Each model gets what it needs before it starts, taken from a pool:
   affinity.
 
 Models start in catalog order; one that waits for resources holds back those after it (first in,
-first out), so the order of starts is the order of a sequential run. Each model runs on its own
-copy of the runner, exactly as it would alone, so rows and statuses equal those of a sequential
-run; only the order of the rows in perf.csv follows the order in which models finish. Records go
+first out), so the order of starts is the order of a sequential run. Each model runs through the
+same runner, exactly as it would alone, in the slot it was granted, so rows and statuses equal
+those of a sequential run; only the order of the rows in perf.csv follows the order in which models finish. Records go
 through one queue to the caller, which appends them to perf.csv one at a time.
 """
 
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import os
 import queue
-import signal
 import threading
-from typing import Any, Iterator
+from typing import Iterator
 
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.core.errors import MadEngineError
+from madengine.core.events import Progress, Reporter
 from madengine.execution.plan import parse_gpu_list, resolve_gpus
-from madengine.execution.runner import Runner
+from madengine.execution.runner import ModelRunner, Slot
 from madengine.results import PerfRecord, Status
 
 _POLL = 0.2
@@ -43,12 +42,6 @@ class Need:
     cpus: int = 0
 
 
-@dataclasses.dataclass
-class Allocation:
-    gpus: list[int]
-    cpus: list[int]
-
-
 class ResourcePool:
     """Free GPU indices and CPU ids; a request is granted whole or not at all."""
 
@@ -58,16 +51,16 @@ class ResourcePool:
         self.all_gpus = len(gpus)
         self.all_cpus = len(cpus)
 
-    def take(self, need: Need) -> Allocation | None:
+    def take(self, need: Need) -> Slot | None:
         if need.gpus > len(self.free_gpus) or need.cpus > len(self.free_cpus):
             return None
         gpus, self.free_gpus = self.free_gpus[:need.gpus], self.free_gpus[need.gpus:]
         cpus, self.free_cpus = self.free_cpus[:need.cpus], self.free_cpus[need.cpus:]
-        return Allocation(gpus, cpus)
+        return Slot(gpus, cpus)
 
-    def give_back(self, allocation: Allocation) -> None:
-        self.free_gpus = sorted(self.free_gpus + allocation.gpus)
-        self.free_cpus = sorted(self.free_cpus + allocation.cpus)
+    def give_back(self, slot: Slot) -> None:
+        self.free_gpus = sorted(self.free_gpus + slot.gpus)
+        self.free_cpus = sorted(self.free_cpus + slot.cpus)
 
 
 def available_gpus(context: Context) -> list[int]:
@@ -101,34 +94,10 @@ def model_need(model: Model, context: Context, pool: ResourcePool, workers: int)
     return Need(cpus=max(1, min(cpus, pool.all_cpus)))
 
 
-class PinnedExecutor:
-    """The runner's executor, with one model's CPU set applied: a ``cpuset`` for its container,
-    the affinity of the thread that starts its host processes (children inherit it)."""
-
-    def __init__(self, inner: Any, cpus: list[int]) -> None:
-        self._inner = inner
-        self._cpus = cpus
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def start(self, spec: Any) -> None:
-        if self._cpus and self._inner.name == "docker":
-            cpuset = ",".join(str(c) for c in self._cpus)
-            options = spec.row_values.get("context_docker_options", "")
-            spec.row_values["context_docker_options"] = f"{options} --cpuset-cpus {cpuset}".strip()
-        self._inner.start(spec)
-
-    def run_step(self, spec: Any, step: Any, timeout: Any, sink: Any) -> Any:
-        if self._cpus and self._inner.name != "docker":
-            os.sched_setaffinity(0, self._cpus)  # this thread only (Linux): the step's processes inherit it
-        return self._inner.run_step(spec, step, timeout, sink)
-
-
-class _LockedReporter:
+class LockedReporter:
     """Whole lines from concurrent models: one lock around every write to the shared streams."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Reporter) -> None:
         self._inner = inner
         self._lock = threading.Lock()
 
@@ -139,6 +108,14 @@ class _LockedReporter:
     def output(self, key: str, line: str) -> None:
         with self._lock:
             self._inner.output(key, line)
+
+    def data(self, text: str) -> None:
+        with self._lock:
+            self._inner.data(text)
+
+    def progress(self, event: Progress) -> None:
+        with self._lock:
+            self._inner.progress(event)
 
 
 @dataclasses.dataclass
@@ -151,38 +128,29 @@ _DONE = object()
 
 
 class ParallelScheduler:
-    def __init__(self, runner: Runner, models: list[Model], workers: int) -> None:
+    """Runs ``models`` on ``runner`` (whose reporter must be a :class:`LockedReporter`), up to
+    ``workers`` at once, each in the slot of resources it was granted."""
+
+    def __init__(self, runner: ModelRunner, models: list[Model], workers: int) -> None:
         self.runner = runner
         self.models = collections.deque(models)
         self.workers = max(1, min(workers, len(models)))
         self.pool = ResourcePool(available_gpus(runner.context), available_cpus())
         self.needs = {m.name: model_need(m, runner.context, self.pool, self.workers) for m in models}
-        self.reporter = _LockedReporter(runner.reporter)
         self.results: queue.Queue = queue.Queue()
         self.cond = threading.Condition()
         self.stopping = False
 
     # -- workers -------------------------------------------------------------------------------
-    def _next(self) -> tuple[Model, Allocation] | None:
+    def _next(self) -> tuple[Model, Slot] | None:
         with self.cond:
             while True:
                 if self.stopping or not self.models:
                     return None
-                allocation = self.pool.take(self.needs[self.models[0].name])
-                if allocation is not None:
-                    return self.models.popleft(), allocation
+                slot = self.pool.take(self.needs[self.models[0].name])
+                if slot is not None:
+                    return self.models.popleft(), slot
                 self.cond.wait(_POLL)
-
-    def _runner_for(self, allocation: Allocation) -> Runner:
-        clone = copy.copy(self.runner)
-        clone._interrupted = False
-        clone.reporter = self.reporter
-        if allocation.gpus:
-            clone.context = Context({**self.runner.context.values,
-                                     "docker_gpus": ",".join(str(g) for g in allocation.gpus)})
-        if allocation.cpus:
-            clone.executor = PinnedExecutor(self.runner.executor, allocation.cpus)
-        return clone
 
     def _work(self) -> None:
         try:
@@ -190,26 +158,28 @@ class ParallelScheduler:
                 job = self._next()
                 if job is None:
                     return
-                model, allocation = job
+                model, slot = job
                 try:
-                    runner = self._runner_for(allocation)
-                    for record in runner.run_model(model):
+                    for record in self.runner.run_model(model, slot):
                         self.results.put(self._marked(record))
-                    if runner._interrupted:
+                    if self.runner.stopped:
                         self.stopping = True
                 except BaseException as exc:  # handed to the caller's thread, which re-raises it
                     self.results.put(_Crash(model, exc))
                 finally:
                     with self.cond:
-                        self.pool.give_back(allocation)
+                        self.pool.give_back(slot)
                         self.cond.notify_all()
         finally:
             self.results.put(_DONE)
 
     def _marked(self, record: PerfRecord) -> PerfRecord:
+        """A model that failed because the run was being stopped says so."""
         if self.stopping and not record.ok:
-            record.status, record.reason = Status.FAILURE, f"interrupted ({record.reason})" if record.reason \
-                else "interrupted"
+            why = self.runner.stopped.reason if self.runner.stopped else "interrupted"
+            if not record.reason.startswith(why):
+                record.reason = f"{why} ({record.reason})" if record.reason else why
+            record.status = Status.FAILURE
         return record
 
     # -- caller's thread -----------------------------------------------------------------------
@@ -225,22 +195,22 @@ class ParallelScheduler:
                 item = self.results.get(timeout=_POLL)
             except queue.Empty:
                 continue
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
+                self.runner.note_stop(exc)
                 self._abort()
                 continue
             if item is _DONE:
                 done += 1
             elif isinstance(item, _Crash):
                 if isinstance(item.error, KeyboardInterrupt) or self.stopping:
-                    yield self.runner.failure(item.model, "interrupted")
+                    yield self.runner.failure(item.model, self.runner.note_stop(item.error)
+                                              if isinstance(item.error, KeyboardInterrupt) else "interrupted")
                     self._abort()
                 elif crash is None:
                     crash = item
                     self._abort()
             else:
                 yield item
-        if self.stopping:
-            self.runner._interrupted = True
         if crash is not None:
             raise crash.error
 
@@ -249,34 +219,10 @@ class ParallelScheduler:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
-        kill_running(self.runner)
+        self.runner.executor.abort(self.runner.run_id)
 
 
-def kill_running(runner: Runner) -> None:
-    """End what this run started: its containers (by label) and its host process groups."""
-    client = getattr(runner.executor, "client", None)
-    if client is not None:
-        try:
-            for container in client.containers.list(filters={"label": f"madengine.run={runner.run_id}"}):
-                try:
-                    container.kill()
-                except Exception:
-                    pass
-        except Exception:
-            pass
-    import psutil
-
-    # host steps run in their own sessions, so Ctrl-C does not reach them; they carry the run id
-    for child in psutil.Process().children(recursive=False):
-        try:
-            if child.environ().get("MAD_RUN_ID") != runner.run_id:
-                continue
-            os.killpg(child.pid, signal.SIGTERM)
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-
-
-def run_parallel(runner: Runner, models: list[Model], workers: int) -> Iterator[PerfRecord]:
+def run_parallel(runner: ModelRunner, models: list[Model], workers: int) -> Iterator[PerfRecord]:
     """Records of every model, as they finish; up to ``workers`` models run at once."""
     if not models:
         return iter(())

@@ -25,20 +25,22 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from madengine import __version__
-from madengine.catalog import Catalog, Model, load_catalog, select_models
+from madengine.catalog import Catalog, Model, select_models
 from madengine.context.context import deep_merge, load_context_file, parse_context_string, validate_context
 from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, ContextError, InputError
+from madengine.core.host import Host
 from madengine.core.redact import redact
-from madengine.distributed.manifest import model_entry, plan_manifest_run
+from madengine.distributed.manifest import model_entry
 from madengine.distributed.slurm_commands import SlurmCommands, SubmissionRejected
 from madengine.distributed.slurm_jobs import (JOB_FILE, JobCollector, LogFollower, SlurmJob, SlurmTask,
                                               collect_job, ensure_not_collected, find_job, load_job,
                                               wait_for_job)
 from madengine.core.events import Reporter
-from madengine.execution.options import RunOptions
+from madengine.distributed.options import SlurmOptions, TransportOptions
+from madengine.execution.options import BuildOptions, RunOptions
 from madengine.core.ids import new_run_id
-from madengine.execution.runner import RunSummary
+from madengine.results import RunSummary
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 DEFAULT_RESULTS_DIR = "slurm_results"
@@ -151,6 +153,19 @@ def _argv(key: str, value: Any) -> list[str]:
         raise _bad(key, f"cannot be split into arguments ({exc})") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class SlurmRun:
+    """Everything a Slurm submission needs: the option groups and the models the pipeline chose."""
+
+    run: RunOptions
+    build: BuildOptions
+    transport: TransportOptions
+    slurm: SlurmOptions
+    catalog: Catalog
+    models: list[Model]
+    command_line: str = ""
+
+
 def user_context(options: RunOptions) -> dict[str, Any]:
     """The context the user gave (file, then string), without host detection: the login node's
     hardware says nothing about the compute nodes, which detect their own."""
@@ -207,17 +222,22 @@ class SlurmPlan:
     context: dict[str, Any]
 
 
-def task_command(options: RunOptions, settings: SlurmSettings, job_dir: Path, context_file: Path | None) -> list[str]:
+def task_command(request: SlurmRun, settings: SlurmSettings, job_dir: Path, context_file: Path | None) -> list[str]:
     """``madengine run`` as each task runs it (the template adds ``--tags`` and ``--output``)."""
+    options, build, transport = request.run, request.build, request.transport
     argv = [*settings.madengine_command, "run", "--executor", settings.executor, "--live-output", "--no-html",
             "--runs-dir", str(job_dir / "runs")]
     if options.timeout is not None:
         argv += ["--timeout", str(options.timeout)]
+    if options.repeat is not None:
+        argv += ["--repeat", str(options.repeat)]
+    if options.warmup_runs:
+        argv += ["--warmup-runs", str(options.warmup_runs)]
     if context_file is not None:
         argv += ["--additional-context-file", str(context_file)]
-    if options.manifest_file:
-        argv += ["--manifest-file", str(Path(options.manifest_file).resolve())]
-    for flag, value in (("--registry", options.registry), ("--image-archive", options.image_archive),
+    if transport.manifest_file:
+        argv += ["--manifest-file", str(Path(transport.manifest_file).resolve())]
+    for flag, value in (("--registry", transport.registry), ("--image-archive", transport.image_archive),
                         ("--tools-json-file-name", options.tools_json_file_name),
                         ("--force-mirror-local", options.force_mirror_local)):
         if value:
@@ -227,7 +247,8 @@ def task_command(options: RunOptions, settings: SlurmSettings, job_dir: Path, co
     for flag, on in (("--generate-sys-env-details", options.generate_sys_env_details),
                      ("--keep-model-dir", options.keep_model_dir), ("--skip-model-run", options.skip_model_run),
                      ("--disable-skip-gpu-arch", options.disable_skip_gpu_arch),
-                     ("--clean-docker-cache", options.clean_docker_cache), ("--pull", options.pull)):
+                     ("--clean-docker-cache", build.no_cache), ("--pull", build.pull),
+                     ("--rebuild", build.rebuild)):
         if on:
             argv.append(flag)
     return argv
@@ -246,26 +267,14 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def _select(options: RunOptions) -> tuple[Catalog, list[Model]]:
-    if options.manifest_file:
-        plan = plan_manifest_run(options)
-        return plan.catalog, plan.models
-    if not options.tags:
-        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
-    catalog = load_catalog()
-    return catalog, select_models(catalog, options.tags)
-
-
-def plan_slurm_run(options: RunOptions, run_id: str | None = None) -> SlurmPlan:
+def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
     """Everything a submission writes, rendered but not yet written (``--dry-run`` prints it)."""
+    options, catalog, models = request.run, request.catalog, request.models
     context = user_context(options)
     section = context.get("slurm", {})
-    settings = slurm_settings({**section, **options.slurm})
-    if options.manifest_file and settings.executor == "local":
+    settings = slurm_settings({**section, **request.slurm.overrides()})
+    if request.transport.manifest_file and settings.executor == "local":
         raise _bad("executor", "tasks of a manifest run run its images, which needs docker", hint="use docker or auto")
-    catalog, models = _select(options)
-    if not models:
-        raise InputError("no models selected", path="--tags")
     _check_tags_select_one(catalog, models)
     run_id = run_id or new_run_id()
     job_dir = (Path(settings.results_dir) / run_id).resolve()
@@ -273,12 +282,12 @@ def plan_slurm_run(options: RunOptions, run_id: str | None = None) -> SlurmPlan:
         raise InputError(f"the Slurm results folder {job_dir} must be a path without spaces or quotes",
                          path="slurm.results_dir")
     context_file = job_dir / "context.json" if context else None
-    command = shlex.join(task_command(options, settings, job_dir, context_file))
+    command = shlex.join(task_command(request, settings, job_dir, context_file))
     tasks = [SlurmTask(index=i, model=m.name, tag=task_tag(m), model_entry=model_entry(m),
                        result_dir=str(job_dir / "tasks" / f"{i:03d}-{_safe(m.name)}"), nodes=model_nodes(m, settings))
              for i, m in enumerate(models)]
     job = SlurmJob(run_id=run_id, job_dir=job_dir, output=str(Path(options.output).resolve()),
-                   command_line=options.command_line, context=context, tasks=tasks)
+                   command_line=request.command_line, context=context, tasks=tasks)
     common = {"version": __version__, "run_id": run_id, "job_name": settings.job_name,
               "directives": settings.directives(), "workdir": str(Path.cwd()), "model_dir": str(catalog.root),
               "env": sorted(settings.env.items()), "modules": settings.modules, "command": command}
@@ -352,19 +361,10 @@ def submit(plan: SlurmPlan, commands: SlurmCommands, reporter: Reporter) -> Slur
     return job
 
 
-@dataclasses.dataclass
-class SlurmSummary(RunSummary):
-    job_ids: list[str] = dataclasses.field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        out = super().to_json()
-        out["slurm"] = {"job_ids": self.job_ids, "job_dir": str(self.run_dir)}
-        return out
-
-
-def _summary(job: SlurmJob, output: Path, records: list | None = None) -> SlurmSummary:
-    return SlurmSummary(run_id=job.run_id, executor="slurm", perf_csv=output, run_dir=job.job_dir,
-                        records=list(records or []), job_ids=job.job_ids)
+def _summary(job: SlurmJob, output: Path, records: list | None = None) -> RunSummary:
+    return RunSummary(run_id=job.run_id, executor="slurm", perf_csv=output, run_dir=job.job_dir,
+                      records=list(records or []),
+                      details={"slurm": {"job_ids": job.job_ids, "job_dir": str(job.job_dir)}})
 
 
 def _emit(reporter: Reporter, text: str) -> None:
@@ -382,8 +382,8 @@ def dry_run_text(plan: SlurmPlan) -> str:
     return "\n".join(parts).rstrip("\n")
 
 
-def wait_and_collect(job: SlurmJob, commands: SlurmCommands, reporter: Reporter, *, output: Path,
-                     poll_interval: float, live_output: bool, force: bool = False) -> SlurmSummary:
+def wait_and_collect(job: SlurmJob, commands: SlurmCommands, reporter: Reporter, host: Host, *, output: Path,
+                     poll_interval: float, live_output: bool, force: bool = False) -> RunSummary:
     """Wait for the job's tasks to end (Ctrl-C cancels them), then merge their rows."""
     follower = LogFollower(job, reporter.output) if live_output else None
     interrupted = False
@@ -396,18 +396,17 @@ def wait_and_collect(job: SlurmJob, commands: SlurmCommands, reporter: Reporter,
         deadline = time.monotonic() + CANCEL_GRACE
         while commands.queue(job.job_ids) and time.monotonic() < deadline:
             time.sleep(min(poll_interval, 1.0))
-    collected = collect_job(job, commands, output, force=force)
+    collected = collect_job(job, commands, host, output, force=force)
     summary = _summary(job, output, collected.records)
-    summary.interrupted = interrupted
+    summary.interrupted = "interrupted" if interrupted else ""
     return summary
 
 
-def run_on_slurm(options: RunOptions, args: Any = None, reporter: Reporter | None = None) -> SlurmSummary:
+def run_on_slurm(request: SlurmRun, reporter: Reporter, host: Host) -> RunSummary:
     """Submit the selected models to Slurm; unless ``--no-wait``, wait and merge their rows."""
-    reporter = reporter or Reporter()
-    plan = plan_slurm_run(options)
-    output = Path(options.output)
-    if options.dry_run:
+    plan = plan_slurm_run(request)
+    output = Path(request.run.output)
+    if request.slurm.dry_run:
         _emit(reporter, redact(dry_run_text(plan)))
         return _summary(plan.job, output)
     commands = SlurmCommands()
@@ -415,32 +414,32 @@ def run_on_slurm(options: RunOptions, args: Any = None, reporter: Reporter | Non
     job = submit(plan, commands, reporter)
     if not job.job_ids:
         reporter.message("madengine: nothing was submitted")
-    if options.no_wait:
+    if request.slurm.no_wait:
         refused = [t for t in job.tasks if t.rejected]
-        records = JobCollector(job, output).collect(commands, refused) if refused else []
+        records = JobCollector(job, output, host).collect(commands, refused) if refused else []
         job.save()
         if job.job_ids:
             _emit(reporter, " ".join(job.job_ids))
             reporter.message(f"madengine: not waiting; merge the results later with: madengine report collect "
                              f"--job {job.job_ids[0]} --results-dir {plan.settings.results_dir}")
         return _summary(job, output, records)
-    return wait_and_collect(job, commands, reporter, output=output, poll_interval=plan.settings.poll_interval,
-                            live_output=options.live_output)
+    return wait_and_collect(job, commands, reporter, host, output=output, poll_interval=plan.settings.poll_interval,
+                            live_output=request.run.live_output)
 
 
-def collect_by_job_id(job_id: str, *, results_dir: str | Path = DEFAULT_RESULTS_DIR, output: str | Path | None = None,
-                      reporter: Reporter | None = None, live_output: bool = False, force: bool = False,
-                      poll_interval: float | None = None) -> SlurmSummary:
+def collect_by_job_id(job_id: str, host: Host, *, results_dir: str | Path = DEFAULT_RESULTS_DIR,
+                      output: str | Path | None = None, reporter: Reporter | None = None, live_output: bool = False,
+                      force: bool = False, poll_interval: float | None = None) -> RunSummary:
     """``madengine report collect --job ID``: wait for a ``--no-wait`` run's job, then merge its rows."""
     reporter = reporter or Reporter()
     job = find_job(str(job_id), Path(results_dir))
     target = Path(output) if output else Path(job.output)
     ensure_not_collected(job, force)
     settings = slurm_settings(job.context.get("slurm", {}))
-    return wait_and_collect(job, SlurmCommands(), reporter, output=target,
+    return wait_and_collect(job, SlurmCommands(), reporter, host, output=target,
                             poll_interval=poll_interval or settings.poll_interval, live_output=live_output,
                             force=force)
 
 
-__all__ = ["SlurmSettings", "SlurmPlan", "SlurmSummary", "plan_slurm_run", "submit", "run_on_slurm",
+__all__ = ["SlurmSettings", "SlurmPlan", "SlurmRun", "plan_slurm_run", "submit", "run_on_slurm",
            "collect_by_job_id", "wait_and_collect", "dry_run_text", "slurm_settings", "load_job", "JOB_FILE"]

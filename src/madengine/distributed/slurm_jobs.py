@@ -19,17 +19,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from madengine import __version__
-from madengine.catalog import Catalog, Model
-from madengine.context import Context
+from madengine.catalog import Model
 from madengine.core.clock import utc_now
+from madengine.core.host import Host
 from madengine.core.errors import ConfigError, InputError, MadEngineError, ServiceError
 from madengine.core.redact import redact
 from madengine.distributed.manifest import model_of_entry
 from madengine.distributed.slurm_commands import UNRUNNABLE, JobRecord, SlurmCommands, split_queue_id
 from madengine.core.events import Reporter
-from madengine.execution.options import RunOptions
-from madengine.execution.runner import Runner, RunSummary
-from madengine.results import PerfRecord, Status, append_records, read_rows
+from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary, Status, append_records, read_rows
 
 JOB_FILE = "job.json"
 FORMAT = "madengine-slurm-job"
@@ -239,12 +237,6 @@ def _cancel_unrunnable(job: SlurmJob, entries: list[Any], commands: SlurmCommand
 
 
 # -- merging -----------------------------------------------------------------------------------
-class _SlurmTag:
-    """Stands in for an executor where rows are recorded for tasks that never ran one."""
-
-    name = "slurm"
-
-
 def _record_for(records: list[JobRecord], task: SlurmTask) -> JobRecord | None:
     for record in records:
         if task.array_index is None or task.array_index in record.array_tasks:
@@ -316,23 +308,20 @@ def _as_float(value: Any) -> Any:
 class JobCollector:
     """Turns the tasks' rows and final states into perf.csv rows of the submitting run."""
 
-    def __init__(self, job: SlurmJob, output: Path) -> None:
+    def __init__(self, job: SlurmJob, output: Path, host: Host) -> None:
         self.job = job
         self.output = output
-        options = RunOptions(output=output, command_line=job.command_line)
-        self.context = Context(job.context)
-        self.recorder = Runner(options, self.context, Catalog(root=Path.cwd(), models=[]), _SlurmTag(),
-                               Reporter(), job.run_id)
+        # rows of tasks that never ran say what the user asked for: the context they gave
+        self.records = RecordFactory(Provenance.of(
+            run_id=job.run_id, executor="slurm", command_line=job.command_line, environ=host.environ,
+            context={k: v for k, v in job.context.items() if k != "slurm"}), host.now)
 
     def _model(self, task: SlurmTask) -> Model:
         return model_of_entry(task.model_entry, task.model, str(self.job.job_dir / JOB_FILE))
 
     def failure(self, task: SlurmTask, reason: str, node: str = "") -> PerfRecord:
-        values: dict[str, Any] = {"gpu_vendor": self.job.context.get("gpu_vendor", ""),
-                                  "gpu_architecture": self.job.context.get("gpu_architecture", ""),
-                                  "context": {k: v for k, v in self.job.context.items() if k != "slurm"},
-                                  "machine_name": node, "artifacts": [task.log] if task.log else []}
-        record = self.recorder.failure(self._model(task), reason, **values)
+        record = self.records.failure(self._model(task), reason, machine_name=node,
+                                      artifacts=[task.log] if task.log else [])
         record.extra["slurm_job_id"] = task.slurm_id
         return record
 
@@ -354,6 +343,10 @@ class JobCollector:
         records = [self.from_row(task, row) for row in _task_rows(task)]
         reason = state_reason(state, task)
         node = state.node if state else ""
+        if reason is not None:  # Slurm stopped the task (time limit, scancel): its rows say so first
+            for record in records:
+                if record.status == Status.FAILURE and "interrupted by SIG" in record.reason:
+                    record.reason = f"{reason} ({record.reason})"
         if reason is None and not records:
             reason = "the task ended without writing a result row"
         if reason is not None and not any(r.status == Status.FAILURE for r in records):
@@ -383,7 +376,7 @@ def ensure_not_collected(job: SlurmJob, force: bool) -> None:
                          f"{job.collected_at}", path=str(job.job_dir / JOB_FILE), hint="--force merges them again")
 
 
-def collect_job(job: SlurmJob, commands: SlurmCommands, output: Path | None = None, *,
+def collect_job(job: SlurmJob, commands: SlurmCommands, host: Host, output: Path | None = None, *,
                 force: bool = False) -> RunSummary:
     """Merge every task's rows (and a FAILURE row per task that wrote none) into perf.csv, once."""
     target = Path(output or job.output)
@@ -391,8 +384,9 @@ def collect_job(job: SlurmJob, commands: SlurmCommands, output: Path | None = No
     if force:
         for task in job.tasks:
             task.recorded = False
-    summary = RunSummary(run_id=job.run_id, executor="slurm", perf_csv=target, run_dir=job.job_dir)
-    summary.records = JobCollector(job, target).collect(commands)
+    summary = RunSummary(run_id=job.run_id, executor="slurm", perf_csv=target, run_dir=job.job_dir,
+                         details={"slurm": {"job_ids": job.job_ids, "job_dir": str(job.job_dir)}})
+    summary.records = JobCollector(job, target, host).collect(commands)
     job.collected_at, job.collected_into = utc_now(), str(target)
     job.save()
     return summary

@@ -1,10 +1,13 @@
-"""Execution: turn selected models into runs on an executor (docker, local, slurm) and results.
+"""Execution: one model's run on an executor (docker or local), from image to records.
 
-Public surface: :class:`RunOptions`, :func:`run_models`, :class:`RunSummary`, :class:`Reporter`.
+Public surface: :class:`Executor` (the protocol), :class:`ImageSource`, :class:`Target`,
+:class:`ImageInfo`, :class:`ModelRunner`, :class:`Slot`, :class:`RunOptions`, :class:`BuildOptions`.
+Choosing models, executors and schedulers is the pipeline's (:mod:`madengine.pipeline`).
 """
 
-from madengine.execution.options import RunOptions
-from madengine.core.events import Reporter
-from madengine.execution.runner import RunSummary, run_models
+from madengine.execution.executor import Executor, ImageInfo, ImageSource, Target
+from madengine.execution.options import BuildOptions, RunOptions
+from madengine.execution.runner import Extension, ModelRunner, Slot
 
-__all__ = ["RunOptions", "Reporter", "RunSummary", "run_models"]
+__all__ = ["Executor", "ImageInfo", "ImageSource", "Target", "BuildOptions", "RunOptions", "Extension",
+           "ModelRunner", "Slot"]

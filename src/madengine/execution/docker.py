@@ -1,41 +1,34 @@
-"""The docker executor: builds ``ci-*`` images and runs each model's steps in a container,
-through the Docker SDK for Python.
+"""The docker executor: runs each model's steps in a container, through the Docker SDK for Python.
 
 The container's main process idles (``sleep infinity`` under the engine's init) and every step
 is an ``exec`` in it, so pre-scripts, the model script and post-scripts share one container while
 each gets its own exit code, output and (for the model) timeout. A step that times out or is
 interrupted kills the container; the container is removed at the end unless ``--keep-alive``.
+Images come from the :class:`~madengine.execution.executor.ImageSource` the executor is given.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import contextlib
 import os
-import re
+import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Iterator
 
-from madengine.core.errors import BuildError, ExecutionError, ServiceError
+from madengine.core.errors import EngineUnavailable, ExecutionError, ServiceError
 from madengine.core.redact import redact
+from madengine.core.spec import CONTAINER_WORKSPACE, RunSpec, Step
+from madengine.execution.build import last_line
 from madengine.execution.dockeropts import parse_run_options
-from madengine.execution.plan import CONTAINER_WORKSPACE, RunSpec, Step
+from madengine.execution.executor import ImageInfo, ImageSource, Target
 from madengine.execution.streams import LineSink, StepResult
 
-_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
-_ARG_DEFAULT = re.compile(r"^\s*ARG\s+(\w+)\s*=\s*(\S+)", re.IGNORECASE | re.MULTILINE)
-
-
-@dataclasses.dataclass
-class BuildInfo:
-    image: str
-    image_id: str
-    base_docker: str
-    docker_sha: str
-    duration: float
+RUN_LABEL = "madengine.run"
+#: how long a run that lost the engine waits for it to answer again, to remove its containers
+ENGINE_RETURN_WAIT = 20.0
 
 
 def _import_docker():
@@ -56,8 +49,8 @@ def _import_docker():
     return docker
 
 
-def connect(timeout: float = 5.0):
-    """A Docker client that answered a ping, or :class:`ServiceError`."""
+def connect(timeout: float = 5.0, hint: str = "start dockerd (scripts/docker-up.sh) or use --executor local"):
+    """A Docker client that answered a ping, or :class:`ServiceError` saying what to do (``hint``)."""
     try:
         docker = _import_docker()
     except ImportError:
@@ -67,131 +60,34 @@ def connect(timeout: float = 5.0):
         client.ping()
         return client
     except Exception as exc:
-        raise ServiceError(f"no Docker engine answers ({type(exc).__name__})",
-                           hint="start dockerd (scripts/docker-up.sh) or use --executor local") from None
-
-
-def base_image(dockerfile_text: str, build_args: dict[str, str]) -> str:
-    """The image a Dockerfile builds FROM, with ``${ARG}`` resolved from build args and ARG defaults."""
-    match = _FROM.search(dockerfile_text)
-    if not match:
-        return ""
-    image = match.group(1)
-    defaults = dict(_ARG_DEFAULT.findall(dockerfile_text))
-    values = {**defaults, **build_args}
-    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), image)
+        raise ServiceError(f"no Docker engine answers ({type(exc).__name__})", hint=hint) from None
 
 
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, client: Any, *, pull: bool = False, no_cache: bool = False) -> None:
+    def __init__(self, client: Any, images: ImageSource) -> None:
         self.client = client
-        self.pull = pull
-        self.no_cache = no_cache
+        self.images = images
         self._containers: dict[str, Any] = {}
-        #: builds done in this run, by what determines their result (see ``build``)
-        self._builds: dict[tuple, "BuildInfo | BuildError"] = {}
-        self._build_locks: dict[tuple, threading.Lock] = {}
-        self._memo_lock = threading.Lock()
+        self._removals: list[threading.Thread] = []
+        self._unremoved: list[Any] = []
+
+    # -- images ------------------------------------------------------------------------------
+    def targets(self, model: Any) -> list[Target]:
+        return self.images.targets(model)
+
+    def obtain_image(self, target: Target) -> ImageInfo:
+        return self.images.obtain(target)
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
 
-    # -- build -------------------------------------------------------------------------------
-    def build(self, image: str, dockerfile: Path, context_dir: Path, build_args: dict[str, str],
-              log_path: Path, live: Callable[[str], None] | None) -> BuildInfo:
-        """Build ``image``; within one run, an identical build (same Dockerfile text, context folder
-        and build args) is done once and its image tagged with the other names.
-
-        Catalogs commonly give many models one Dockerfile: each would otherwise pay a full (cached)
-        build in the engine.
-        """
-        text = dockerfile.read_text(encoding="utf-8", errors="replace")
-        key = (str(dockerfile.resolve()), hashlib.sha256(text.encode()).hexdigest(), str(Path(context_dir).resolve()),
-               tuple(sorted(build_args.items())))
-        with self._memo_lock:
-            lock = self._build_locks.setdefault(key, threading.Lock())
-        with lock:  # a parallel run building the same thing waits for the first build
-            done = self._builds.get(key)
-            if done is None:
-                try:
-                    done = self._build_now(image, dockerfile, text, context_dir, build_args, log_path, live)
-                except BuildError as exc:
-                    self._builds[key] = exc
-                    raise
-                self._builds[key] = done
-                return done
-        return self._reuse(done, image, log_path)
-
-    def _reuse(self, done: "BuildInfo | BuildError", image: str, log_path: Path) -> BuildInfo:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a", encoding="utf-8") as log:
-            if isinstance(done, BuildError):
-                log.write(f"=== madengine: the same build failed earlier in this run: {done.message}\n")
-                raise BuildError(f"build of {image} failed: the identical build failed earlier in this run "
-                                 f"({done.message})", log_path=str(log_path))
-            started = time.monotonic()
-            self.client.api.tag(done.image_id, image)
-            log.write(f"=== madengine: same Dockerfile, build context and build args as {done.image} earlier in "
-                      f"this run: tagged its image {done.image_id} as {image}\n")
-        return dataclasses.replace(done, image=image, duration=time.monotonic() - started)
-
-    def _build_now(self, image: str, dockerfile: Path, text: str, context_dir: Path, build_args: dict[str, str],
-                   log_path: Path, live: Callable[[str], None] | None) -> BuildInfo:
-        from docker.errors import APIError, DockerException
-
-        base = base_image(text, build_args)
-        started = time.monotonic()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a", encoding="utf-8") as log:
-            sink = LineSink(log, live, keep=False)
-            error = ""
-            try:
-                stream = self.client.api.build(
-                    path=str(context_dir), dockerfile=str(dockerfile.resolve()), tag=image,
-                    buildargs=build_args, nocache=self.no_cache, pull=self.pull, rm=True, forcerm=True,
-                    decode=True)
-                for chunk in stream:
-                    if "stream" in chunk:
-                        sink.feed(chunk["stream"].encode())
-                    if "error" in chunk:
-                        error = chunk["error"].strip()
-                        sink.feed(("ERROR: " + error + "\n").encode())
-            except (APIError, DockerException) as exc:
-                error = str(exc)
-                sink.feed(("ERROR: " + error + "\n").encode())
-            sink.close()
-        if error:
-            raise BuildError(f"build of {image} failed: {_last_line(redact(error))}", log_path=str(log_path))
-        image_obj = self.client.images.get(image)
-        return BuildInfo(image=image, image_id=image_obj.id, base_docker=base,
-                         docker_sha=self._digest(base), duration=time.monotonic() - started)
-
-    def _digest(self, name: str) -> str:
-        if not name:
-            return ""
-        try:
-            attrs = self.client.images.get(name).attrs
-        except Exception:
-            return ""
-        digests = attrs.get("RepoDigests") or []
-        return digests[0].split("@", 1)[-1] if digests else attrs.get("Id", "")
-
-    def image_id(self, image: str) -> str:
-        from docker.errors import ImageNotFound
-
-        try:
-            return self.client.images.get(image).id
-        except ImageNotFound:
-            raise ExecutionError(f"image {image} is not present on this host") from None
-
-    # -- run ---------------------------------------------------------------------------------
+    # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:
         from docker.types import DeviceRequest, Ulimit
 
         extra = parse_run_options(spec.model.additional_docker_run_options)
-        extra.update(parse_run_options(spec.row_values.get("context_docker_options", "")))
         volumes = {str(spec.workdir.resolve()): {"bind": CONTAINER_WORKSPACE, "mode": "rw"}}
         for mount in spec.mounts:
             volumes[mount.host] = {"bind": mount.container, "mode": "ro" if mount.read_only else "rw"}
@@ -201,7 +97,7 @@ class DockerExecutor:
         args: dict[str, Any] = {
             "command": ["sleep", "infinity"], "detach": True, "init": True,
             "working_dir": CONTAINER_WORKSPACE, "volumes": volumes, "environment": environment,
-            "user": f"{os.getuid()}:{os.getgid()}", "labels": {"madengine.run": spec.env.get("MAD_RUN_ID", "")},
+            "user": f"{os.getuid()}:{os.getgid()}", "labels": {RUN_LABEL: spec.run_id},
         }
         vendor = spec.env.get("MAD_GPU_VENDOR")
         gpus = extra.pop("gpus", None)
@@ -225,31 +121,38 @@ class DockerExecutor:
             if key in extra:
                 args[key] = list(args.get(key, [])) + extra.pop(key)
         args.update(extra)
+        if spec.cpus:  # a --parallel slot: the model's own CPUs
+            args["cpuset_cpus"] = ",".join(str(c) for c in spec.cpus)
         return args
 
     def start(self, spec: RunSpec) -> None:
         from docker.errors import APIError, ImageNotFound
 
-        name = container_name(spec)
         try:
-            container = self.client.containers.create(spec.image, name=name, **self._create_args(spec))
-            self._containers[spec.key] = container
-            container.start()
+            with engine_calls():
+                container = self.client.containers.create(spec.image, name=container_name(spec),
+                                                          **self._create_args(spec))
+                self._containers[spec.key] = container
+                container.start()
         except ImageNotFound:
             raise ExecutionError(f"image {spec.image} is not present on this host") from None
         except APIError as exc:
-            raise ExecutionError(f"container could not start: {_last_line(redact(str(exc)))}") from None
+            raise ExecutionError(f"container could not start: {last_line(redact(str(exc)))}") from None
 
     def run_step(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
+        from docker.errors import APIError
+
         container = self._containers[spec.key]
         api = self.client.api
         workdir = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
         started = time.monotonic()
         try:
-            exec_id = api.exec_create(container.id, step.argv, workdir=workdir, environment=step.env or None)["Id"]
-            stream = api.exec_start(exec_id, stream=True)
-        except Exception as exc:
-            return StepResult(None, 0.0, error=f"cannot start step: {_last_line(redact(str(exc)))}")
+            with engine_calls():
+                exec_id = api.exec_create(container.id, step.argv, workdir=workdir,
+                                          environment=step.env or None)["Id"]
+                stream = api.exec_start(exec_id, stream=True)
+        except APIError as exc:
+            return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(str(exc)))}")
         timed_out = threading.Event()
 
         def on_timeout() -> None:
@@ -263,12 +166,14 @@ class DockerExecutor:
         try:
             for chunk in stream:
                 sink.feed(chunk)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self._kill(spec)
             sink.close()
-            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=True)
-        except Exception:  # the stream breaks when the container is killed
+            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+        except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
             if not timed_out.is_set():
+                if is_engine_gone(exc):
+                    raise EngineUnavailable(describe(exc)) from None
                 raise
         finally:
             if timer:
@@ -277,45 +182,165 @@ class DockerExecutor:
         duration = time.monotonic() - started
         if timed_out.is_set():
             return StepResult(None, duration, sink.text(), timed_out=True)
-        return StepResult(self._exit_code(exec_id), duration, sink.text())
+        with engine_calls():
+            info = self._finished(exec_id)
+            code = info.get("ExitCode") if info else None
+            cause = self._oom(container) if code == 137 else ""
+        _end_group(info)
+        return StepResult(code, duration, sink.text(), cause=cause)
 
-    def _exit_code(self, exec_id: str) -> int | None:
+    def _finished(self, exec_id: str) -> dict[str, Any]:
+        """``exec inspect`` once the step's main process has ended ({} if it never says so)."""
         for _ in range(100):
             info = self.client.api.exec_inspect(exec_id)
             if not info.get("Running"):
-                return info.get("ExitCode")
+                return info
             time.sleep(0.02)
-        return None
+        return {}
+
+    def _oom(self, container: Any) -> str:
+        """'out of memory: ...' when the kernel's OOM killer struck in this container, else ''."""
+        from docker.errors import APIError
+
+        try:
+            probe = self.client.api.exec_create(container.id, ["cat", *_OOM_COUNTERS])["Id"]
+            text = self.client.api.exec_start(probe).decode("utf-8", "replace")
+            limit = (self.client.api.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
+        except APIError:
+            return ""
+        kills = [int(line.split()[1]) for line in text.splitlines()
+                 if line.startswith("oom_kill ") and line.split()[1].isdigit()]
+        if not kills or max(kills) == 0:
+            return ""
+        where = f"at the container's memory limit of {_mib(limit)}" if limit else \
+            "with no container memory limit (the host ran out)"
+        return f"out of memory: the kernel's OOM killer stopped the model {where}"
 
     def _kill(self, spec: RunSpec) -> None:
         container = self._containers.get(spec.key)
-        if container is None:
-            return
-        try:
-            container.kill()
-        except Exception:
-            pass
+        if container is not None:
+            _best_effort(container.kill)
 
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
+        """Remove the container in the background (the engine takes a while to tear it down, and
+        the row can be written meanwhile); :meth:`close` waits for every removal."""
         container = self._containers.pop(spec.key, None)
         if container is None or keep_alive:
             return
+        removal = threading.Thread(target=self._remove, args=(container,), name=f"remove-{spec.key}")
+        removal.start()
+        self._removals.append(removal)
+
+    def _remove(self, container: Any) -> None:
         try:
-            container.remove(force=True)
-        except Exception:
+            _ignore_gone(lambda: container.remove(force=True))
+        except Exception as exc:
+            if not is_engine_gone(exc):
+                raise
+            self._unremoved.append(container)
+
+    def close(self, engine_wait: float = ENGINE_RETURN_WAIT) -> list[str]:
+        """Wait for every removal; containers the engine could not remove because it was gone are
+        removed once it answers again (up to ``engine_wait`` seconds). Returns the names of any
+        container still left behind."""
+        while self._removals:
+            self._removals.pop().join()
+        deadline = time.monotonic() + engine_wait
+        while self._unremoved and time.monotonic() < deadline:
+            try:
+                self.client.ping()
+            except Exception:
+                time.sleep(0.5)
+                continue
+            for container in list(self._unremoved):
+                try:
+                    _ignore_gone(lambda: container.remove(force=True))
+                    self._unremoved.remove(container)
+                except Exception:
+                    time.sleep(0.5)
+        return [container.name for container in self._unremoved]
+
+    def abort(self, run_id: str) -> None:
+        def kill_all() -> None:
+            for container in self.client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
+                _best_effort(container.kill)
+
+        _best_effort(kill_all)
+
+
+_OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):g} MiB"
+
+
+def _end_group(info: dict[str, Any]) -> None:
+    """Kill what the step's main process left in its process group (the exec's process is a
+    session leader, so its host pid is the group's id): a step ends with its main process.
+    Only possible when the engine runs on this host; elsewhere the container's removal does it."""
+    pid = int(info.get("Pid") or 0)
+    if pid > 0:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
 
 
+def _best_effort(action: Any) -> None:
+    """Kill a container: already stopped, gone, or an engine that no longer answers all mean there
+    is nothing more to do here (the removal at the end, or :meth:`DockerExecutor.close`, follows)."""
+    try:
+        _ignore_gone(action)
+    except Exception as exc:
+        if not is_engine_gone(exc):
+            raise
+
+
+def is_engine_gone(exc: BaseException) -> bool:
+    """A failure to reach the engine at all (not an answer from it)."""
+    from docker.errors import APIError, DockerException
+    from requests.exceptions import RequestException
+
+    if isinstance(exc, APIError):
+        return False
+    return isinstance(exc, (RequestException, ConnectionError, DockerException, OSError))
+
+
+def describe(exc: BaseException) -> str:
+    return last_line(redact(f"{type(exc).__name__}: {exc}"))
+
+
+@contextlib.contextmanager
+def engine_calls() -> Iterator[None]:
+    """Engine calls whose failure to connect means the engine went away during the run."""
+    try:
+        yield
+    except Exception as exc:
+        if is_engine_gone(exc):
+            raise EngineUnavailable(describe(exc)) from None
+        raise
+
+
+def _ignore_gone(action: Any) -> None:
+    """Kill or remove a container that may already have stopped or gone (its own removal, a race
+    with the engine's init): those answers mean the work is done, anything else is raised."""
+    from docker.errors import APIError, NotFound
+
+    try:
+        action()
+    except NotFound:
+        return
+    except APIError as exc:
+        if exc.status_code == 409:  # not running / removal already in progress
+            return
+        raise
+
+
 def container_name(spec: RunSpec) -> str:
-    run_id = spec.env.get("MAD_RUN_ID", "")
-    return f"container_{spec.key}_{run_id[-6:]}" if run_id else f"container_{spec.key}"
+    return f"container_{spec.key}_{spec.run_id[-6:]}" if spec.run_id else f"container_{spec.key}"
 
 
 def _render_nodes(gpu_ids: list[int]) -> list[str]:
     nodes = sorted(Path("/dev/dri").glob("renderD*")) if Path("/dev/dri").is_dir() else []
     return [str(nodes[i]) for i in gpu_ids if i < len(nodes)]
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else text[:300]

@@ -14,7 +14,7 @@ _LIST_OPTIONS = {"--cap-add": "cap_add", "--cap-drop": "cap_drop", "--security-o
                  "--device": "devices", "--group-add": "group_add", "--dns": "dns", "--tmpfs": "tmpfs"}
 _VALUE_OPTIONS = {"--shm-size": "shm_size", "--ipc": "ipc_mode", "--network": "network_mode",
                   "--net": "network_mode", "--user": "user", "-u": "user", "--cpuset-cpus": "cpuset_cpus",
-                  "--memory": "mem_limit", "-m": "mem_limit", "--pids-limit": "pids_limit",
+                  "--memory": "mem_limit", "-m": "mem_limit", "--memory-swap": "memswap_limit", "--pids-limit": "pids_limit",
                   "--hostname": "hostname", "-h": "hostname", "--pid": "pid_mode", "--cpus": "nano_cpus",
                   "--userns": "userns_mode", "--runtime": "runtime"}
 _FLAG_OPTIONS = {"--privileged": "privileged", "--init": "init", "--read-only": "read_only"}
@@ -55,9 +55,9 @@ def parse_run_options(text: str) -> dict[str, Any]:
             key = _VALUE_OPTIONS[name]
             item = value()
             if key == "nano_cpus":
-                out[key] = int(float(item) * 1e9)
+                out[key] = int(_number(name, item, float, "a number of CPUs, e.g. 2 or 1.5") * 1e9)
             elif key == "pids_limit":
-                out[key] = int(item)
+                out[key] = _number(name, item, int, "a whole number of processes, or -1 for no limit")
             else:
                 out[key] = item
         elif name in ("-e", "--env"):
@@ -72,7 +72,9 @@ def parse_run_options(text: str) -> dict[str, Any]:
         elif name == "--ulimit":
             uname, _, limits = value().partition("=")
             soft, _, hard = limits.partition(":")
-            out.setdefault("ulimits", []).append((uname, int(soft), int(hard or soft)))
+            what = "<name>=<soft>[:<hard>] with whole numbers, e.g. nofile=1024:4096"
+            out.setdefault("ulimits", []).append((uname, _number(name, soft, int, what),
+                                                  _number(name, hard or soft, int, what)))
         elif name == "--gpus":
             out["gpus"] = value()
         else:
@@ -81,3 +83,14 @@ def parse_run_options(text: str) -> dict[str, Any]:
                                                                         '-e', '-v', '--ulimit', '--gpus'})))
         i += 1
     return out
+
+
+def _number(option: str, text: str, kind: type, what: str):
+    """``text`` as an int or a finite positive-or-limit float, else an error naming the option."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not (0 < value < 1e6)):
+        raise ExecutionError(f"additional_docker_run_options: {option} {text!r} is not valid", hint=f"write {what}")
+    return value

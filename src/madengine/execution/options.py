@@ -1,4 +1,9 @@
-"""Options of one ``madengine run`` invocation (everything the CLI flags say)."""
+"""Typed options of a run and of image builds (what the CLI flags say, already checked).
+
+Option groups are split by who reads them: :class:`RunOptions` (running models) and
+:class:`BuildOptions` (building images) here; transport, parallel and Slurm options live with the
+code that reads them in :mod:`madengine.distributed.options`.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,20 @@ from pathlib import Path
 DEFAULT_TIMEOUT = 7200
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    no_cache: bool = False  # --clean-docker-cache
+    pull: bool = False
+    rebuild: bool = False  # build even when an image of the same build inputs exists
+    live_output: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class RunOptions:
-    tags: list[str] = dataclasses.field(default_factory=list)
+    tags: tuple[str, ...] = ()
     #: None → the model's ``timeout`` (else DEFAULT_TIMEOUT); 0 → never; N → N seconds
     timeout: int | None = None
     live_output: bool = False
-    clean_docker_cache: bool = False
-    pull: bool = False
     context_file: str | None = None
     context_string: str | None = None
     generate_sys_env_details: bool = False
@@ -29,17 +40,12 @@ class RunOptions:
     tools_json_file_name: str | None = None
     force_mirror_local: str | None = None
     runs_dir: Path = Path("madengine_runs")
-    command_line: str = ""
-    #: build/run split and registry/archive transport (issue: beyond one machine)
-    manifest_file: str | None = None
-    registry: str | None = None
-    image_archive: str | None = None
-    #: run up to N models at once on this host (disjoint GPUs / cpusets)
-    parallel: int = 1
-    #: Slurm settings from flags (merged with a context ``slurm`` section by the Slurm executor)
-    slurm: dict = dataclasses.field(default_factory=dict)
-    no_wait: bool = False
-    dry_run: bool = False
+    #: runs of the model step that count (None: the model's ``repeat`` field, else 1)
+    repeat: int | None = None
+    #: runs of the model step before those, discarded (warm-up)
+    warmup_runs: int = 0
+    trace: bool = True  # --no-trace turns it off
+    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
     def timeout_for(self, model_timeout: int | None) -> int | None:
         """Seconds allowed for the model script; None means no limit."""

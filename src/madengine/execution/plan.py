@@ -1,74 +1,26 @@
-"""What one run of one model is: its key, environment, work folder, steps and mounts.
+"""Planning one model's run: its key, its GPUs, the environment its scripts see, its model step.
 
-A :class:`RunSpec` is executor-neutral; paths inside it that the model sees are relative to the
-work folder, which the docker executor mounts at ``/myworkspace`` and the local executor uses
-in place.
+The plan itself is a :class:`madengine.core.spec.RunSpec`; these are the pieces the runner
+fills it with.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Mapping
 
 from madengine.catalog.schema import Model
 from madengine.context.context import Context
 from madengine.core.errors import ExecutionError
-
-CONTAINER_WORKSPACE = "/myworkspace"
+from madengine.core.spec import Step
 
 #: host variables handed to the model when set (distributed launchers and GPU pinning rely on them)
 PASSTHROUGH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
                    "MAD_MULTI_NODE_RUNNER", "MAD_COLLECT_METRICS", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
                    "NCCL_DEBUG", "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "MIOPEN_USER_DB_PATH")
-
-
-@dataclasses.dataclass
-class Step:
-    """One command run in the work folder: a pre-script, the model script, or a post-script."""
-
-    name: str
-    argv: list[str]
-    cwd: str = ""  # relative to the work folder
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
-    is_model: bool = False
-
-
-@dataclasses.dataclass
-class Mount:
-    host: str
-    container: str
-    read_only: bool = True
-
-
-@dataclasses.dataclass
-class RunSpec:
-    key: str
-    model: Model
-    workdir: Path
-    log_path: Path
-    artifacts_dir: Path
-    env: dict[str, str]
-    steps: list[Step]
-    model_cwd: str = ""
-    timeout: int | None = None
-    mounts: list[Mount] = dataclasses.field(default_factory=list)
-    gpu_ids: list[int] = dataclasses.field(default_factory=list)
-    runtime_ngpus: int = 0
-    docker_file: str = ""
-    image: str = ""
-    git_commit: str = ""
-    #: files the model or tools write that are collected into the artifacts folder (glob patterns)
-    collect: list[str] = dataclasses.field(default_factory=list)
-    #: set by providers/tools: perf row values (dataname, data_provider_type, ...)
-    row_values: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: called after the steps ran and files were collected; each returns extra perf row values
-    #: (standard column names set the column, other names become extra columns at the end)
-    finalizers: list[Callable[["RunSpec"], dict[str, Any]]] = dataclasses.field(default_factory=list)
 
 
 def image_key(model_name: str, dockerfile_stem: str) -> str:
@@ -122,7 +74,8 @@ def resolve_gpus(model: Model, context: Context) -> list[int]:
     return available[:wanted]
 
 
-def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, executor: str) -> dict[str, str]:
+def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, executor: str,
+              environ: Mapping[str, str]) -> dict[str, str]:
     """The MAD_* variables, context ``docker_env_vars`` and tag configs the model's scripts see."""
     env = {
         "MAD_MODEL_NAME": model.name,
@@ -134,15 +87,15 @@ def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, e
         "MAD_GUEST_OS": context.guest_os,
         "MAD_RUN_ID": run_id,
         "MAD_EXECUTOR": executor,
-        "JENKINS_BUILD_NUMBER": os.environ.get("BUILD_NUMBER", "0"),
+        "JENKINS_BUILD_NUMBER": environ.get("BUILD_NUMBER", "0"),
     }
     if model.multiple_results:
         env["MAD_OUTPUT_CSV"] = model.multiple_results
     if context.get("batch_size") is not None:
         env["MAD_MODEL_BATCH_SIZE"] = str(context.get("batch_size"))
     for name in PASSTHROUGH_ENV:
-        if name in os.environ:
-            env[name] = os.environ[name]
+        if name in environ:
+            env[name] = environ[name]
     env.update(context.docker_env_vars)
     env.update(tag_config_vars(model))
     return env
@@ -175,3 +128,10 @@ def copy_tree(source: Path, destination: Path) -> None:
         else:
             shutil.copy2(entry, target)
 
+
+def relative_to(path: Path, root: Path) -> str:
+    """``path`` as shown in rows and messages: relative to the model repository when inside it."""
+    try:
+        return str(Path(path).relative_to(root))
+    except ValueError:
+        return str(path)

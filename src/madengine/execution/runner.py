@@ -1,118 +1,173 @@
-"""The run pipeline: selected models → builds → runs → perf rows.
-
-Every result is appended to perf.csv as soon as it exists, so an interruption or a crash later
-never loses earlier rows. Status rules:
+"""One model's run, start to finish, on any executor: the status rules live here.
 
 * SUCCESS only when every step exited 0 and a performance figure was parsed (or, with
   ``multiple_results``, per CSV row with a number);
 * FAILURE otherwise, with a short ``reason`` (exit code, timeout, no figure, build failed, image
   missing, data not available, pre/post-script failed, interrupted);
 * SKIPPED for ``skip_gpu_arch`` and ``--skip-model-run``.
+
+The runner yields records; the caller (the pipeline) appends each to perf.csv as it comes, so an
+interruption or a crash later never loses earlier rows. Data providers, credentials, the ONNX
+harness and tools shape a run through *extensions* (callables on the :class:`RunSpec`) that the
+pipeline passes in, so execution imports none of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import platform
 import shutil
+import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from madengine import __version__
-from madengine.catalog import Catalog, Model, load_catalog, select_models
-from madengine.context import Context, build_context, select_dockerfiles
+from madengine.catalog import Model
+from madengine.context import Context
 from madengine.context.detect import nvidia_short_arch
-from madengine.core.clock import utc_now
-from madengine.core.errors import ExecutionError, MadEngineError
-from madengine.core.ids import machine_name, new_run_id
+from madengine.core.errors import CatalogError, EngineUnavailable, MadEngineError, interruption
+from madengine.core.events import MODEL, PHASE, RESULT, STEP, Progress, Reporter
+from madengine.core.host import Host
+from madengine.core.ids import machine_name
 from madengine.core.redact import redact
-from madengine.core.events import Reporter
+from madengine.core.spec import RunSpec, Step
+from madengine.execution.executor import Executor, ImageInfo, Target
 from madengine.execution.options import RunOptions
-from madengine.execution.plan import (RunSpec, Step, image_key, local_key, model_env,
-                                      resolve_gpus, script_step, copy_tree, tag_config_vars)
+from madengine.execution.plan import copy_tree, model_env, resolve_gpus, script_step
 from madengine.execution.streams import LineSink, StepResult, open_log
-from madengine.results import PerfRecord, Status, append_records, parse_performance
-from madengine.results.parsing import as_number, parse_multiple_results
+from madengine.results import PerfRecord, RecordFactory, Status
+from madengine.results.identity import tag_configs_text
+from madengine.results.samples import SAMPLES_FILE, parse_samples, sample_columns, sample_warnings, write_samples_file
+from madengine.tracing import NULL_TRACER, names
+from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
 
 ENV_DETAILS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sys_env_details.sh"
 
+#: shapes a run before it starts: data providers, credentials, the ONNX harness, tools
+Extension = Callable[[RunSpec], None]
+_FIELDS = frozenset(PerfRecord.__dataclass_fields__) - {"extra"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """Why a run stopped before its end: a Ctrl-C or signal, or a Docker engine that went away."""
+
+    reason: str  # 'interrupted', 'interrupted by SIGTERM', 'docker engine unavailable: ...'
+    signal: int = 0  # the signal's number (the exit status is 128 + it); 0 for Ctrl-C or the engine
+    interrupted: bool = True
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "Stop":
+        if isinstance(exc, EngineUnavailable):
+            return cls(exc.message, interrupted=False)
+        return cls(interruption(exc), getattr(exc, "signum", 0))
+
+    def not_run(self) -> str:
+        """The reason of a selected model that never started."""
+        return f"not run: {self.reason}" if self.interrupted else f"{self.reason} (not run)"
+
 
 @dataclasses.dataclass
-class RunSummary:
-    run_id: str
-    executor: str
-    perf_csv: Path
-    run_dir: Path
-    records: list[PerfRecord] = dataclasses.field(default_factory=list)
-    interrupted: bool = False
+class Repeats:
+    """What the model step's runs produced: the kept ones (after the warm-up) in run order."""
 
-    @property
-    def failed(self) -> list[PerfRecord]:
-        return [r for r in self.records if r.status == Status.FAILURE]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "executor": self.executor, "perf_csv": str(self.perf_csv),
-            "run_dir": str(self.run_dir), "interrupted": self.interrupted,
-            "counts": {s: sum(1 for r in self.records if r.status == s) for s in Status.ALL},
-            "results": [{"model": r.model, "status": r.status, "performance": r.performance, "metric": r.metric,
-                         "reason": r.reason, "docker_image": r.docker_image, "test_duration": r.test_duration}
-                        for r in self.records],
-        }
+    warmup: int = 0
+    kept: list[StepResult] = dataclasses.field(default_factory=list)
+    #: the ``multiple_results`` rows of each kept run
+    tables: list[list[dict[str, str]]] = dataclasses.field(default_factory=list)
+    ran: bool = False
 
 
-def choose_executor(options: RunOptions, reporter: Reporter):
-    """The executor the options ask for; ``auto`` is docker when an engine answers, else local."""
-    from madengine.core.errors import ServiceError
-    from madengine.execution.local import LocalExecutor
+@dataclasses.dataclass
+class Slot:
+    """What a ``--parallel`` scheduler granted one model: its GPUs and CPUs."""
 
-    if options.executor == "local":
-        return LocalExecutor()
-    if options.executor in ("docker", "auto"):
-        from madengine.execution.docker import DockerExecutor, connect
-
-        try:
-            client = connect()
-        except ServiceError:
-            if options.executor == "docker":
-                raise
-            reporter.message("madengine: no Docker engine answers; running models with the local executor")
-            return LocalExecutor()
-        return DockerExecutor(client, pull=options.pull, no_cache=options.clean_docker_cache)
-    raise ExecutionError(f"unknown executor '{options.executor}'", hint="use docker, local or slurm")
+    gpus: list[int] = dataclasses.field(default_factory=list)
+    cpus: list[int] = dataclasses.field(default_factory=list)
 
 
-class Runner:
-    """Runs selected models one after another on one executor; yields records as they finish."""
+@dataclasses.dataclass
+class RunFacts:
+    """What one target's run has established so far; every row it yields carries these."""
 
-    def __init__(self, options: RunOptions, context: Context, catalog: Catalog, executor: Any,
-                 reporter: Reporter, run_id: str) -> None:
+    docker_file: str = ""
+    docker_image: str = ""
+    n_gpus: str = ""
+    artifacts: list[str] = dataclasses.field(default_factory=list)
+    image: ImageInfo | None = None
+    test_duration: float | None = None
+    git_commit: str = ""
+    #: standard columns set by providers, tools and finalizers (dataname, ...)
+    columns: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: other columns (tool summaries, harness statistics), appended at the end of perf.csv
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def absorb(self, spec: RunSpec) -> None:
+        """Row values providers and tools set on the spec (kept even when the run fails later)."""
+        for key, value in spec.row_values.items():
+            if key in _FIELDS and value not in (None, ""):
+                self.columns.setdefault(key, value)
+        self.git_commit = spec.git_commit or self.git_commit
+
+    def add(self, produced: dict[str, Any]) -> None:
+        for key, value in produced.items():
+            if key in _FIELDS:
+                self.columns[key] = value
+            else:
+                self.extra[key] = value
+
+    def values(self) -> dict[str, Any]:
+        values: dict[str, Any] = dict(self.columns)
+        values.update(docker_file=self.docker_file, docker_image=self.docker_image, n_gpus=self.n_gpus,
+                      artifacts=list(self.artifacts), git_commit=self.git_commit, extra=dict(self.extra))
+        if self.test_duration is not None:
+            values["test_duration"] = self.test_duration
+        if self.image is not None:
+            values.update(base_docker=self.image.base_docker, docker_sha=self.image.docker_sha,
+                          image_id=self.image.image_id, build_duration=self.image.duration)
+        return values
+
+
+class ModelRunner:
+    """Runs models one at a time on one executor; thread-safe for ``--parallel`` slots (each
+    call of :meth:`run_model` keeps its state in locals)."""
+
+    def __init__(self, *, options: RunOptions, context: Context, root: Path, executor: Executor,
+                 records: RecordFactory, reporter: Reporter, host: Host, run_id: str,
+                 extensions: Sequence[Extension] = (), tracer: Any = NULL_TRACER) -> None:
         self.options = options
         self.context = context
-        self.catalog = catalog
-        self.root = catalog.root
+        self.root = root
         self.executor = executor
+        self.records = records
         self.reporter = reporter
+        self.host = host
         self.run_id = run_id
         self.run_dir = Path(options.runs_dir) / run_id
-        self._interrupted = False
+        self.extensions = list(extensions)
+        #: why the run stopped early (None while it goes on): Ctrl-C, a signal, the engine gone
+        self.stopped: Stop | None = None
+        #: names of the models whose run began (the others get a "not run" row after a stop)
+        self.started: set[str] = set()
+        self.tracer = tracer
+        #: position (1-based) of each model in the command's selection, and how many there are
+        self.positions: dict[str, int] = {}
+        self.total = 0
+        #: seconds each model took last time (for the ETA), by model name
+        self.estimates: dict[str, float] = {}
 
-    # -- records -----------------------------------------------------------------------------
-    def base_record(self, model: Model, **values: Any) -> PerfRecord:
-        record = PerfRecord(
-            model=model.name, n_gpus=values.pop("n_gpus", model.n_gpus), training_precision=model.training_precision,
-            pipeline=_env("pipeline"), args=model.run_args, tags=",".join(model.tags),
-            machine_name=machine_name(), gpu_architecture=self.context.gpu_architecture,
-            build_number=_env("BUILD_NUMBER", "0"), additional_docker_run_options=model.additional_docker_run_options,
-            run_id=self.run_id, executor=self.executor.name, started_at=utc_now(), gpu_vendor=self.context.gpu_vendor,
-            context=self.context.summary(), madengine_version=__version__, command_line=self.options.command_line,
-        )
-        for key, value in values.items():
-            setattr(record, key, dict(value) if key == "extra" else value)
-        return record
+    def note_stop(self, exc: BaseException) -> str:
+        """Record the first stop of the run; the reason for the row of the model in flight."""
+        stop = Stop.of(exc)
+        if self.stopped is None:
+            self.stopped = stop
+        return stop.reason
 
     def failure(self, model: Model, reason: str, **values: Any) -> PerfRecord:
-        return self.base_record(model, status=Status.FAILURE, reason=redact(reason), **values)
+        return self.records.failure(model, reason, **values)
 
     # -- per model ---------------------------------------------------------------------------
     def skip_reason(self, model: Model) -> str | None:
@@ -125,125 +180,117 @@ class Runner:
                 return f"skip_gpu_arch: model is not supported on {arch}"
         return None
 
-    def run_model(self, model: Model) -> Iterator[PerfRecord]:
+    def run_model(self, model: Model, slot: Slot | None = None) -> Iterator[PerfRecord]:
+        """The records of one model, in a ``model`` span, with progress events around them."""
+        self.started.add(model.name)
+        started = time.monotonic()
+        self.reporter.progress(Progress(MODEL, model=_label(model), index=self.positions.get(model.name, 0),
+                                        total=self.total, estimate=self.estimates.get(model.name)))
+        attributes = {names.ATTR_MODEL: model.name, names.ATTR_TAG_CONFIGS: tag_configs_text(model.tag_configs),
+                      names.ATTR_EXECUTOR: self.executor.name}
+        with self.tracer.span(names.SPAN_MODEL, attributes) as span:
+            for record in self._model_records(model, slot):
+                _describe(span, record)
+                self.reporter.progress(Progress(
+                    RESULT, model=_label(model), index=self.positions.get(model.name, 0), total=self.total,
+                    status=record.status, seconds=time.monotonic() - started, log=_log_of(record),
+                    detail=f"{record.performance} {record.metric}" if record.ok else record.reason))
+                yield record
+
+    def _model_records(self, model: Model, slot: Slot | None) -> Iterator[PerfRecord]:
         reason = self.skip_reason(model)
         if reason:
-            yield self.base_record(model, status=Status.SKIPPED, reason=reason)
+            yield self.records.for_model(model, Status.SKIPPED, reason=reason)
             return
         try:
-            gpu_ids = resolve_gpus(model, self.context)
+            gpu_ids = slot.gpus if slot and slot.gpus else resolve_gpus(model, self.context)
+            targets = self.executor.targets(model)
         except MadEngineError as exc:
             yield self.failure(model, str(exc))
             return
-        if self.executor.name == "docker":
-            yield from self._run_docker(model, gpu_ids)
-        else:
-            key = local_key(model.name)
-            yield from self._run_spec(model, key, gpu_ids, image="", docker_file="", build=None)
+        for target in targets:
+            if self.stopped:
+                return
+            yield from self._run_target(model, target, gpu_ids, slot.cpus if slot else [])
 
-    def _run_docker(self, model: Model, gpu_ids: list[int]) -> Iterator[PerfRecord]:
-        try:
-            dockerfiles = select_dockerfiles(self.root, model.name, model.dockerfile, self.context.values)
-        except MadEngineError as exc:
-            yield self.failure(model, str(exc))
+    @contextlib.contextmanager
+    def _phase(self, model: Model, name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
+        """One phase of a model's run: a span of the trace and a progress event (none for the image
+        and container phases of the local executor, which has neither)."""
+        if self.executor.name != "local" or name not in (names.SPAN_IMAGE_BUILD, names.SPAN_CONTAINER_START):
+            self.reporter.progress(Progress(PHASE, model=_label(model), index=self.positions.get(model.name, 0),
+                                            total=self.total, phase=PHASE_LABELS.get(name, name)))
+        with self.tracer.span(name, attributes) as span:
+            yield span
+
+    def _run_target(self, model: Model, target: Target, gpu_ids: list[int], cpus: list[int]) -> Iterator[PerfRecord]:
+        facts = RunFacts(docker_file=target.docker_file, docker_image=target.key if target.docker_file else "",
+                         n_gpus=str(len(gpu_ids)))
+        artifacts_dir = self.run_dir / target.key
+        if target.failure:
+            yield self.failure(model, target.failure, **facts.values())
             return
-        for dockerfile in dockerfiles:
-            if self._interrupted:
-                return
-            key = image_key(model.name, dockerfile.stem)
-            docker_file = _relative(dockerfile.path, self.root)
-            build_args = self.build_args(model)
-            context_dir = (self.root / model.dockercontext) if model.dockercontext else dockerfile.path.parent
-            try:
-                build = self.obtain_image(model, key, dockerfile.path, context_dir, build_args)
-            except KeyboardInterrupt:
-                self._interrupted = True
-                yield self.failure(model, "interrupted during the image build", docker_file=docker_file,
-                                   docker_image=key)
-                return
-            except MadEngineError as exc:
-                yield self.failure(model, str(exc), docker_file=docker_file, docker_image=key,
-                                   artifacts=[str(self.run_dir / key / "build.log")])
-                continue
-            yield from self._run_spec(model, key, gpu_ids, image=key, docker_file=docker_file, build=build)
-
-    def obtain_image(self, model: Model, key: str, dockerfile: Path, context_dir: Path,
-                     build_args: dict[str, str]) -> Any:
-        """The image to run for one Dockerfile of a model: built now (a manifest run looks it up)."""
-        self.reporter.message(f"madengine: building {key} from {_relative(dockerfile, self.root)}")
-        return self.executor.build(key, dockerfile, context_dir, build_args, self.run_dir / key / "build.log",
-                                   self._live(key))
-
-    def build_args(self, model: Model) -> dict[str, str]:
-        args = dict(self.context.docker_build_arg)
-        args.update(tag_config_vars(model))
-        return args
-
-    def _live(self, key: str):
-        if not self.options.live_output:
-            return None
-        return lambda line: self.reporter.output(key, line)
-
-    def _run_spec(self, model: Model, key: str, gpu_ids: list[int], *, image: str, docker_file: str,
-                  build: Any) -> Iterator[PerfRecord]:
-        values: dict[str, Any] = {"docker_file": docker_file, "docker_image": image, "n_gpus": str(len(gpu_ids))}
-        if build is not None:
-            values.update(base_docker=build.base_docker, docker_sha=build.docker_sha, image_id=build.image_id,
-                          build_duration=build.duration)
-        artifacts_dir = self.run_dir / key
-        log_path = artifacts_dir / "run.log"
-        values["artifacts"] = [str(log_path)] + ([str(artifacts_dir / "build.log")] if build is not None else [])
+        try:
+            with self._phase(model, names.SPAN_IMAGE_BUILD, {names.ATTR_IMAGE: target.key}):
+                facts.image = self.executor.obtain_image(target)
+        except (KeyboardInterrupt, EngineUnavailable) as exc:
+            yield self.failure(model, f"{self.note_stop(exc)} during the image build", **facts.values())
+            return
+        except MadEngineError as exc:
+            facts.artifacts = [str(artifacts_dir / "build.log")]
+            yield self.failure(model, str(exc), **facts.values())
+            return
+        facts.artifacts = [str(artifacts_dir / "run.log")] + \
+            ([str(artifacts_dir / "build.log")] if facts.image is not None else [])
         if self.options.skip_model_run:
-            yield self.base_record(model, status=Status.SKIPPED, reason="--skip-model-run", **values)
+            yield self.records.for_model(model, Status.SKIPPED, reason="--skip-model-run", **facts.values())
             return
-        timeout = self.options.timeout_for(model.timeout)
+        yield from self._run_spec(model, target, facts, gpu_ids, cpus)
+
+    def _run_spec(self, model: Model, target: Target, facts: RunFacts, gpu_ids: list[int],
+                  cpus: list[int]) -> Iterator[PerfRecord]:
+        artifacts_dir = self.run_dir / target.key
         try:
             step, script_dir = script_step(model, self.root, model.run_args) if model.scripts else (None, None)
         except MadEngineError as exc:
-            yield self.failure(model, str(exc), **values)
+            yield self.failure(model, str(exc), **facts.values())
             return
-        spec = RunSpec(key=key, model=model, workdir=artifacts_dir / "work", log_path=log_path,
-                       artifacts_dir=artifacts_dir, env=model_env(model, self.context, gpu_ids, self.run_id,
-                                                                   self.executor.name),
-                       steps=[step] if step else [], timeout=timeout, gpu_ids=gpu_ids,
-                       runtime_ngpus=len(gpu_ids), docker_file=docker_file, image=image)
+        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
+                       artifacts_dir=artifacts_dir,
+                       env=model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ),
+                       steps=[step] if step else [], timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids,
+                       cpus=cpus, docker_file=target.docker_file,
+                       image=facts.image.run_as if facts.image is not None else "")
         started = False
         try:
-            self.reporter.message(f"madengine: running {model.name} ({key}) with the {self.executor.name} executor")
             self._prepare_workdir(spec, script_dir)
-            self._apply_extensions(spec)
-            values.update({k: v for k, v in spec.row_values.items() if k in PerfRecord.__dataclass_fields__})
-            values["git_commit"] = spec.git_commit
-            self.executor.start(spec)
+            for extend in self.extensions:
+                extend(spec)
+            facts.absorb(spec)
+            with self._phase(model, names.SPAN_CONTAINER_START, {names.ATTR_IMAGE: spec.image}):
+                self.executor.start(spec)
             started = True
-            yield from self._execute(spec, values)
-        except KeyboardInterrupt:
-            self._interrupted = True
-            yield self.failure(model, "interrupted", **self._with_row_values(spec, values))
+            yield from self._execute(spec, facts)
+        except (KeyboardInterrupt, EngineUnavailable) as exc:
+            facts.absorb(spec)
+            yield self.failure(model, self.note_stop(exc), **facts.values())
         except MadEngineError as exc:
-            yield self.failure(model, str(exc), **self._with_row_values(spec, values))
+            facts.absorb(spec)
+            yield self.failure(model, str(exc), **facts.values())
         finally:
             if started:
                 self.executor.stop(spec, self.options.keep_alive)
             if not (self.options.keep_model_dir or self.options.keep_alive):
                 shutil.rmtree(spec.workdir, ignore_errors=True)
 
-    @staticmethod
-    def _with_row_values(spec: RunSpec, values: dict[str, Any]) -> dict[str, Any]:
-        """``values`` plus what providers/tools set before a failure (e.g. ``dataname``)."""
-        merged = {k: v for k, v in spec.row_values.items() if k in PerfRecord.__dataclass_fields__ and k != "extra"}
-        merged.update({k: v for k, v in values.items() if k not in merged or v})
-        return merged
-
     def _prepare_workdir(self, spec: RunSpec, script_dir: Path | None) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         if spec.model.url:
             from madengine.execution.gitsource import clone
 
-            spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.artifacts_dir / "run.log")
-        target = spec.workdir / spec.model_cwd
+            spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path)
         if script_dir is not None:
-            copy_tree(script_dir, target)
+            copy_tree(script_dir, spec.workdir / spec.model_cwd)
         for step in spec.steps:
             step.cwd = spec.model_cwd
         if self.options.generate_sys_env_details:
@@ -252,85 +299,98 @@ class Runner:
             spec.collect.append("sys_env_details.txt")
             _write_host_details(spec.artifacts_dir / "host_env_details.txt", self.context)
 
-    def _apply_extensions(self, spec: RunSpec) -> None:
-        """Data providers and tools add mounts, env vars and steps around the model."""
-        if spec.model.data_names:
-            from madengine.data import provide_data
+    def _live(self, key: str) -> Callable[[str], None] | None:
+        if not self.options.live_output:
+            return None
+        return lambda line: self.reporter.output(key, line)
 
-            provide_data(spec, self.options, self.context, self.executor.name, self.executor.workspace(spec),
-                         self.reporter)
-        if spec.model.cred:
-            from madengine.data.credentials import apply_model_credentials
-
-            apply_model_credentials(spec)
-        if spec.model.onnx:
-            from madengine.bench.models_json import onnx_step
-
-            spec.steps.append(onnx_step(spec, self.root, self.executor.name))
-        if self.context.get("tools") or self.context.get("pre_scripts") or self.context.get("post_scripts"):
-            from madengine.tools import apply_tools
-
-            apply_tools(spec, self.context, self.options, self.root)
-
-    def _execute(self, spec: RunSpec, values: dict[str, Any]) -> Iterator[PerfRecord]:
+    # -- steps and their results ---------------------------------------------------------------
+    def _execute(self, spec: RunSpec, facts: RunFacts) -> Iterator[PerfRecord]:
         """Run the steps, then collect artifacts and finalize before any row is written."""
-        outcome = self._run_steps(spec, values)
-        self._collect(spec, values)
-        if isinstance(outcome, PerfRecord):
-            outcome.artifacts = values.get("artifacts", outcome.artifacts)
-            for key, value in values.get("extra", {}).items():
-                outcome.extra.setdefault(key, value)
-            yield outcome
-            return
-        yield from self._evaluate(spec, outcome, values)
+        outcome = self._run_steps(spec, facts)
+        with self._phase(spec.model, names.SPAN_PARSING):
+            self._collect(spec, facts)
+            records = [self.failure(spec.model, outcome, **facts.values())] if isinstance(outcome, str) \
+                else self._evaluate(spec, outcome, facts)
+            if isinstance(outcome, Repeats) and len(outcome.kept) > 1:
+                write_samples_file(spec.artifacts_dir / SAMPLES_FILE, [r.to_row() for r in records])
+        yield from records
 
-    def _run_steps(self, spec: RunSpec, values: dict[str, Any]) -> "StepResult | PerfRecord":
-        """The model step's result, or a FAILURE record when a step could not complete."""
-        model = spec.model
-        model_result: StepResult | None = None
+    def repetitions(self, model: Model) -> tuple[int, int]:
+        """(warm-up runs, kept runs) of the model step: ``--warmup-runs``, then ``--repeat`` or the
+        model's ``repeat`` field, else one run."""
+        return self.options.warmup_runs, self.options.repeat or model_repeat(model) or 1
+
+    def _run_steps(self, spec: RunSpec, facts: RunFacts) -> "Repeats | str":
+        """Every step in order, the model step ``warm-up + repeat`` times in the same container or
+        work folder; the kept repeats, or the reason the steps could not complete."""
+        warmup, repeat = self.repetitions(spec.model)
+        repeats = Repeats(warmup=warmup)
         with open_log(spec.log_path) as log:
             for step in spec.steps:
-                live = self._live(spec.key)
-                sink = LineSink(log, live, keep=step.is_model)
-                log.write(f"=== madengine step: {step.name}: {' '.join(redact(a) for a in step.argv)}\n")
-                log.flush()
-                result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
-                log.write(f"=== madengine step {step.name} ended: exit code {result.exit_code} "
-                          f"after {result.duration:.2f} s\n")
-                log.flush()
-                if step.is_model:
-                    model_result = result
-                    values["test_duration"] = result.duration
-                if result.interrupted:
-                    self._interrupted = True
-                    return self.failure(model, f"interrupted during {step.name}", **values)
-                if result.timed_out:
-                    return self.failure(model, f"timeout: {step.name} ran longer than {spec.timeout} s; "
-                                               "container/process killed", **values)
-                if result.error:
-                    return self.failure(model, f"{step.name}: {result.error}", **values)
-                if result.exit_code != 0 and not step.is_model:
-                    return self.failure(model, f"{step.name} failed with exit code {result.exit_code}", **values)
-        if model_result is None:
-            return self.failure(model, "no model step to run", **values)
-        return model_result
+                for n in range(warmup + repeat if step.is_model else 1):
+                    result = self._run_step(spec, step, log, repeats, n, warmup)
+                    if step.is_model:
+                        facts.test_duration = (facts.test_duration or 0.0) + result.duration
+                    reason = self._step_failure(spec, step, result, n, warmup + repeat)
+                    if reason:
+                        return reason
+                    if step.is_model:
+                        repeats.ran = True
+                        if n >= warmup:
+                            repeats.kept.append(result)
+                            if spec.model.multiple_results:
+                                table = self._table(spec, last=n == warmup + repeat - 1)
+                                if isinstance(table, str):
+                                    return table
+                                repeats.tables.append(table)
+        if not repeats.ran:
+            return "no model step to run"
+        return repeats
 
-    def _evaluate(self, spec: RunSpec, result: StepResult, values: dict[str, Any]) -> Iterator[PerfRecord]:
-        model = spec.model
+    def _run_step(self, spec: RunSpec, step: Step, log: Any, repeats: "Repeats", n: int, warmup: int) -> StepResult:
+        sink = LineSink(log, self._live(spec.key), keep=step.is_model)
+        command = " ".join(redact(a) for a in step.argv)
+        label = step.name if not step.is_model or n == 0 and not warmup else \
+            f"{step.name} ({'warm-up ' + str(n + 1) if n < warmup else 'repeat ' + str(n - warmup + 1)})"
+        log.write(f"=== madengine step: {label}: {command}\n")
+        log.flush()
+        attributes: dict[str, Any] = {names.ATTR_STEP: step.name}
+        if step.is_model:
+            phase = names.SPAN_MODEL_STEP
+            attributes[names.ATTR_REPEAT] = n + 1
+            attributes["madengine.warmup"] = n < warmup
+        else:
+            phase = names.SPAN_POST_SCRIPTS if repeats.ran else names.SPAN_PRE_SCRIPTS
+        with self._phase(spec.model, phase, attributes) as span:
+            result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
+            span.set_attribute(names.ATTR_EXIT_CODE, result.exit_code)
+        log.write(f"=== madengine step {label} ended: exit code {result.exit_code} after {result.duration:.2f} s\n")
+        log.flush()
+        self.reporter.progress(Progress(STEP, model=_label(spec.model), phase=label, detail=command,
+                                        seconds=result.duration, status=str(result.exit_code)))
+        return result
+
+    def _step_failure(self, spec: RunSpec, step: Step, result: StepResult, n: int, runs: int) -> str:
+        """Why the run of ``step`` means the model failed ('' when it goes on)."""
+        which = f" (run {n + 1} of {runs})" if runs > 1 else ""
+        if result.interrupted is not None:
+            return f"{self.note_stop(result.interrupted)} during {step.name}{which}"
+        if result.timed_out:
+            return f"timeout: {step.name}{which} ran longer than {spec.timeout} s; container/process killed"
+        if result.error:
+            return f"{step.name}{which}: {result.error}"
         if result.exit_code != 0:
-            yield self.failure(model, f"model script exited with code {result.exit_code}", **values)
-            return
-        if model.multiple_results:
-            yield from self._multiple(spec, values)
-            return
-        perf = parse_performance(result.output)
-        if perf is None:
-            yield self.failure(model, "no performance figure: the script printed no 'performance: <number> <metric>' line",
-                               **values)
-            return
-        yield self.base_record(model, status=Status.SUCCESS, performance=perf.value, metric=perf.metric, **values)
+            what = "model script" if step.is_model else step.name
+            cause = f"{result.cause} (exit code {result.exit_code})" if result.cause else \
+                f"{what}{which} exited with code {result.exit_code}" if step.is_model else \
+                f"{what} failed with exit code {result.exit_code}"
+            said = last_meaningful_line(result.output) if step.is_model else ""
+            return f"{cause}: {said}" if said else cause
+        return ""
 
-    def _multiple(self, spec: RunSpec, values: dict[str, Any]) -> Iterator[PerfRecord]:
+    def _table(self, spec: RunSpec, last: bool) -> "list[dict[str, str]] | str":
+        """The rows of the ``multiple_results`` CSV one repeat wrote (its copy kept as an artifact)."""
         model = spec.model
         path = spec.workdir / spec.model_cwd / model.multiple_results
         if not path.is_file():
@@ -338,59 +398,152 @@ class Runner:
         try:
             rows = parse_multiple_results(path)
         except MadEngineError as exc:
-            yield self.failure(model, f"multiple_results: {exc}", **values)
-            return
+            return f"multiple_results: {exc}"
         if not rows:
-            yield self.failure(model, f"multiple_results: {model.multiple_results} has no rows", **values)
-            return
+            return f"multiple_results: {model.multiple_results} has no rows"
         shutil.copy2(path, spec.artifacts_dir / Path(model.multiple_results).name)
-        for row in rows:
-            number = as_number(row.get("performance", ""))
-            extra = {k: v for k, v in row.items() if k not in ("model", "performance", "metric", "status")}
-            record = self.base_record(model, **values)
-            record.model = f"{model.name}_{row.get('model', '')}"
-            record.metric = row.get("metric", "")
-            record.extra = {**record.extra, **extra}
-            if number is None:
-                record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number"
-            else:
-                record.status, record.performance = Status.SUCCESS, number
-            yield record
+        if not last:
+            path.unlink()  # the next repeat must write its own
+        return rows
 
-    def _collect(self, spec: RunSpec, values: dict[str, Any]) -> None:
+    def _evaluate(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
+        if spec.model.multiple_results:
+            return self._multiple(spec, repeats, facts)
+        model = spec.model
+        figures = [parse_performance(result.output) for result in repeats.kept]
+        missing = [i for i, figure in enumerate(figures, start=1) if figure is None]
+        if missing:
+            which = f" (repeat {missing[0]} of {len(figures)})" if len(figures) > 1 else ""
+            return [self.failure(model, f"no performance figure{which}: the script printed no 'performance: "
+                                        "<number> <metric>' line", **facts.values())]
+        record = self.records.for_model(model, Status.SUCCESS, metric=figures[-1].metric, **facts.values(),
+                                        **self._sample_columns([f.value for f in figures], repeats.warmup))
+        self._warn_unstable(record)
+        return [record]
+
+    def _multiple(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
+        """One row per result name of the CSV, its samples taken from every kept repeat."""
+        model = spec.model
+        records = []
+        for name, rows in _by_result_name(repeats.tables).items():
+            values = facts.values()
+            values["extra"].update({k: v for k, v in rows[-1].items() if k not in ("model", "performance", "metric",
+                                                                                    "status")})
+            numbers = [as_number(row.get("performance", "")) for row in rows]
+            record = self.records.for_model(model, Status.SUCCESS, metric=rows[-1].get("metric", ""), **values)
+            record.model = f"{model.name}_{name}"
+            if None in numbers or len(numbers) < len(repeats.tables):
+                record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number" \
+                    if None in numbers else f"multiple_results row {name!r} is missing from some repeats"
+            else:
+                for key, value in self._sample_columns(numbers, repeats.warmup).items():
+                    setattr(record, key, value)
+                self._warn_unstable(record)
+            records.append(record)
+        return records
+
+    @staticmethod
+    def _sample_columns(values: list[float], warmup: int) -> dict[str, Any]:
+        """The ``perf_*`` columns; one sample keeps its figure exactly as the model printed it."""
+        columns = sample_columns(values, warmup)
+        if len(values) == 1:
+            columns["performance"] = values[0]
+        return columns
+
+    def _warn_unstable(self, record: PerfRecord) -> None:
+        samples = parse_samples(record.perf_samples) if record.perf_samples else []
+        for warning in sample_warnings(samples):
+            self.reporter.message(f"madengine: warning: {record.model}: {warning}")
+
+    def _collect(self, spec: RunSpec, facts: RunFacts) -> None:
         """Copy files the steps wrote (``spec.collect`` patterns) into the artifacts folder, then
         run the finalizers; their values go into the row (``extra`` for non-standard names)."""
-        artifacts = list(values.get("artifacts", []))
         if spec.workdir.is_dir():
             for pattern in spec.collect:
                 for path in sorted(spec.workdir.glob(pattern)):
-                    if path.is_file():
-                        target = spec.artifacts_dir / path.name
-                        try:
-                            shutil.copy2(path, target)
-                        except OSError:
-                            continue
-                        if str(target) not in artifacts:
-                            artifacts.append(str(target))
-        values["artifacts"] = artifacts
-        fields = PerfRecord.__dataclass_fields__
+                    if not path.is_file():
+                        continue
+                    target = spec.artifacts_dir / path.name
+                    try:
+                        shutil.copy2(path, target)
+                    except OSError as exc:
+                        facts.extra.setdefault("collect_errors", []).append(f"{path.name}: {exc.strerror}")
+                        continue
+                    if str(target) not in facts.artifacts:
+                        facts.artifacts.append(str(target))
         for finalize in spec.finalizers:
             try:
-                produced = finalize(spec) or {}
+                facts.add(finalize(spec) or {})
             except MadEngineError as exc:
-                values.setdefault("extra", {})["finalize_error"] = str(exc)
-                continue
-            for key, value in produced.items():
-                if key in fields and key != "extra":
-                    values[key] = value
-                else:
-                    values.setdefault("extra", {})[key] = value
+                facts.extra["finalize_error"] = str(exc)
+
+
+#: what a progress line calls each phase of the trace
+PHASE_LABELS = {names.SPAN_IMAGE_BUILD: "building", names.SPAN_CONTAINER_START: "starting",
+                names.SPAN_PRE_SCRIPTS: "pre-scripts", names.SPAN_MODEL_STEP: "running",
+                names.SPAN_POST_SCRIPTS: "post-scripts", names.SPAN_PARSING: "parsing",
+                names.SPAN_DATA_PROVISION: "fetching data"}
+
+
+def model_repeat(model: Model) -> int | None:
+    """The model's own ``repeat`` field (checked before the run by :func:`check_repeat`)."""
+    value = model.extra.get("repeat")
+    return None if value in (None, "") else int(value)
+
+
+def check_repeat(model: Model) -> None:
+    """A ``repeat`` field that is not a whole number of 1 or more is bad input (exit 2)."""
+    value = model.extra.get("repeat")
+    if value in (None, ""):
+        return
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii()
+                                                                   and value.isdigit())) or int(value) < 1:
+        raise CatalogError(f"repeat must be a whole number of 1 or more, got {value!r}", path=model.source,
+                           field=f"{model.name}.repeat")
+
+
+def last_meaningful_line(output: str, limit: int = 200) -> str:
+    """What a failing model said last (an exception's message, an error line), for its reason."""
+    for line in reversed(output.splitlines()):
+        text = line.strip()
+        if not text or text.startswith(("performance:", "===", "File \"", "Traceback")) or \
+                not any(c.isalnum() for c in text):
+            continue
+        return text if len(text) <= limit else text[:limit - 1] + "…"
+    return ""
+
+
+def _by_result_name(tables: list[list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+    """The rows of every repeat's CSV grouped by result name, in first-seen order."""
+    grouped: dict[str, list[dict[str, str]]] = {}
+    for table in tables:
+        for row in table:
+            grouped.setdefault(row.get("model", ""), []).append(row)
+    return grouped
+
+
+def _label(model: Model) -> str:
+    """The model as the user selected it: ``numpy_matmul:size=64``."""
+    return model.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in model.tag_configs)
+
+
+def _log_of(record: PerfRecord) -> str:
+    artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts).split(",")
+    return next((a for a in artifacts if a.endswith("run.log")), next(iter(artifacts), "") if artifacts else "")
+
+
+def _describe(span: Any, record: PerfRecord) -> None:
+    span.set_attributes({names.ATTR_STATUS: record.status, names.ATTR_METRIC: record.metric,
+                         names.ATTR_IMAGE: record.docker_image})
+    if record.performance is not None:
+        span.set_attribute(names.ATTR_PERFORMANCE, record.performance)
+    if record.reason:
+        span.set_attribute(names.ATTR_REASON, record.reason)
+    if record.status == Status.FAILURE:
+        span.set_error(record.reason)
 
 
 def _write_host_details(path: Path, context: Context) -> None:
-    import os
-    import platform
-
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"madengine {__version__}", f"platform: {platform.platform()}", f"python: {platform.python_version()}",
              f"machine: {platform.machine()}", f"cpus: {os.cpu_count()}", f"hostname: {machine_name()}",
@@ -400,63 +553,3 @@ def _write_host_details(path: Path, context: Context) -> None:
     except OSError:
         pass
     path.write_text(redact("\n".join(lines)) + "\n", encoding="utf-8")
-
-
-def _env(name: str, default: str = "") -> str:
-    import os
-
-    return os.environ.get(name, default)
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return str(path.relative_to(root))
-    except ValueError:
-        return str(path)
-
-
-def run_models(options: RunOptions, reporter: Reporter | None = None) -> RunSummary:
-    """Select, build and run the models ``options`` name; every result lands in perf.csv."""
-    reporter = reporter or Reporter()
-    context = build_context(context_file=options.context_file, context_string=options.context_string)
-    make_runner: Any = Runner
-    if options.manifest_file:  # exactly the images of a build manifest, never rebuilt
-        from madengine.distributed.manifest import plan_manifest_run
-
-        plan = plan_manifest_run(options)
-        options, catalog, models, make_runner = plan.options, plan.catalog, plan.models, plan.make_runner
-    else:
-        catalog = load_catalog()
-        if not options.tags:
-            raise ExecutionError("no models selected", hint="give --tags (e.g. --tags all)")
-        models = select_models(catalog, options.tags)
-    if any(m.data_names or m.cred or m.url for m in models):
-        from madengine.data import check_run_inputs
-
-        check_run_inputs(models, options, context)  # bad data.json/credential.json: exit 2 before any run
-    if context.get("tools") or context.get("pre_scripts") or context.get("post_scripts"):
-        from madengine.tools import validate_tools
-
-        validate_tools(context, options, catalog.root)  # bad tools.json / unknown tool: exit 2 before any build
-    executor = choose_executor(options, reporter)
-    run_id = new_run_id()
-    runner = make_runner(options, context, catalog, executor, reporter, run_id)
-    summary = RunSummary(run_id=run_id, executor=executor.name, perf_csv=Path(options.output), run_dir=runner.run_dir)
-    reporter.message(f"madengine: run {run_id}: {len(models)} model(s), {executor.name} executor, "
-                     f"{context.gpu_vendor} host ({context.gpu_architecture}); results → {options.output}")
-    if options.parallel > 1:  # up to N models at once on disjoint GPUs/CPUs
-        from madengine.distributed.parallel import run_parallel
-
-        batches: Any = [run_parallel(runner, models, options.parallel)]
-    else:
-        batches = (runner.run_model(model) for model in models)
-    for batch in batches:
-        for record in batch:
-            append_records(options.output, [record])
-            summary.records.append(record)
-            reporter.message(f"madengine: {record.model}: {record.status}"
-                             + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
-        if runner._interrupted:
-            summary.interrupted = True
-            break
-    return summary

@@ -15,8 +15,11 @@ class StepResult:
     duration: float
     output: str = ""  # the lines that matter for parsing (model steps only)
     timed_out: bool = False
-    interrupted: bool = False
+    #: the Ctrl-C or signal (:class:`madengine.core.errors.Interrupted`) that cut the step short
+    interrupted: BaseException | None = None
     error: str = ""  # the executor could not run the step at all
+    #: what the executor knows about a non-zero exit ('out of memory: ...'); '' when nothing
+    cause: str = ""
 
 
 class LineSink:

@@ -1,19 +1,29 @@
-"""Chart geometry for inline SVG: bars per model, lines across runs, per-model sparklines.
+"""Chart geometry for inline SVG: bars per result, lines across runs, per-result sparklines.
 
 Python computes coordinates; the templates draw them (so every label is escaped by jinja2's
 autoescape). Charts are bounded in size whatever the number of rows: at most ``MAX_BARS`` bars,
 ``MAX_SERIES`` lines of at most ``MAX_POINTS`` points each (runs are bucketed beyond that).
+
+Spread is drawn from the samples: a bar's dark error bar is the 95 % CI of the mean of every sample,
+its thin line the min–max; a line's band is each run's min–max (runs with several samples). Detected
+change points (``report regressions``' method) are marked on the lines.
+
+Every chart works in values divided by its largest magnitude, so any finite figure (5e-324, 0,
+negative, 1.7e308) is drawn; the labels show the real figures (:func:`format_number`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from madengine.reports.metrics import format_number, lower_is_better
+from madengine.reports.metrics import format_change, format_number, lower_is_better
 from madengine.reports.summary import ModelStats, Summary
+
+if TYPE_CHECKING:
+    from madengine.reports.regressions import Change
 
 MAX_CHARTS = 4  # metrics charted (the ones with most SUCCESS rows)
 MAX_BARS = 25
@@ -35,6 +45,7 @@ LINE_MARGIN = (16, 24, 34, 70)  # top, right, bottom, left
 class Tick:
     position: float
     label: str
+    sublabel: str = ""
 
 
 @dataclasses.dataclass
@@ -45,7 +56,9 @@ class Bar:
     y: float
     x: float
     width: float
-    whisker: tuple[float, float] | None  # min..max of the model's figures
+    whisker: tuple[float, float] | None  # min..max of the result's samples
+    error: tuple[float, float] | None = None  # 95 % CI of the mean of the samples
+    error_text: str = ""
 
 
 @dataclasses.dataclass
@@ -63,11 +76,22 @@ class BarChart:
 
 
 @dataclasses.dataclass
+class Marker:
+    """A detected change on a line: a vertical mark at the first run after it."""
+
+    x: float
+    kind: str  # regression | improvement | change
+    tip: str
+
+
+@dataclasses.dataclass
 class Series:
     name: str
     color: str
     path: str
     points: list[tuple[float, float, str]]  # x, y, tooltip
+    band: str = ""  # SVG polygon points: each run's min..max
+    markers: list[Marker] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -84,14 +108,10 @@ class LineChart:
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering ``low..high`` (1, 2, 2.5, 5 × 10^k steps).
-
-    Expects values near 1 in magnitude (see :func:`scale_exponent`); any finite pair gives ticks."""
+    """Round tick values covering ``low..high`` (1, 2, 2.5, 5 × 10^k steps)."""
     if high == low:
         high, low = high + (abs(high) or 1) * 0.5, low - (abs(low) or 1) * 0.5
     raw = (high - low) / max(count - 1, 1)
-    if not (0 < raw < math.inf):  # a span that underflows or overflows: the two ends will do
-        return [low, high] if low < high else [low - 1, high + 1]
     step = 10 ** math.floor(math.log10(raw))
     for factor in (1, 2, 2.5, 5, 10):
         if raw <= factor * step:
@@ -101,23 +121,22 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return [start + k * step for k in range(int(round((end - start) / step)) + 1)]
 
 
-def scale_exponent(values) -> int:
-    """0 for ordinary figures; for extreme ones (5e-324, 1.7e308) the power of two that brings the
-    largest near 1, so that spans, ticks and coordinates stay finite and non-zero. Scaling by a
-    power of two is exact."""
-    peak = max((abs(v) for v in values), default=0.0)
-    return 0 if peak == 0 or 1e-30 < peak < 1e30 else math.frexp(peak)[1]
+def magnitude(values) -> float:
+    """The power of ten a chart divides its figures by, so that the largest is about 1 and the ticks
+    stay round (1 for none or all 0). The exponent stays within ±300: 1e308/1e300 and 5e-324/1e-300
+    are both ordinary numbers."""
+    largest = max((abs(v) for v in values if v is not None and math.isfinite(v)), default=0.0)
+    if largest == 0:
+        return 1.0
+    return 10.0 ** min(max(math.floor(math.log10(largest)), -300), 300)
 
 
-def _scaled(value: float, exponent: int) -> float:
-    return math.ldexp(value, -exponent) if exponent else value
-
-
-def _unscaled(value: float, exponent: int) -> float:
+def _label(scaled: float, scale: float) -> str:
+    """The real figure of a scaled tick value ('' beyond the float range)."""
     try:
-        return math.ldexp(value, exponent) if exponent else value
-    except OverflowError:  # a tick beyond the largest float: label it with the largest
-        return math.copysign(sys.float_info.max, value)
+        return format_number(scaled * scale)
+    except OverflowError:  # pragma: no cover - float multiplication gives inf, which formats as ''
+        return ""
 
 
 def _clip(text: str, limit: int) -> str:
@@ -134,32 +153,50 @@ def charted_metrics(models: list[ModelStats]) -> tuple[list[str], int]:
     return ranked[:MAX_CHARTS], max(len(ranked) - MAX_CHARTS, 0)
 
 
+def series_names(chosen: list[ModelStats]) -> dict[int, str]:
+    """A name per result: the model with its tag configs, plus its environment when another result of
+    the same chart has the same name."""
+    names = Counter(s.name for s in chosen)
+    return {id(s): s.name if names[s.name] == 1 else s.identity.label() for s in chosen}
+
+
 def bar_chart(metric: str, models: list[ModelStats]) -> BarChart:
-    """Mean performance per model in ``metric``, with each model's min..max range."""
+    """Mean performance per result in ``metric``, with the 95 % CI of the mean and the min..max."""
     chosen = sorted((s for s in models if s.metric == metric and s.mean is not None),
-                    key=lambda s: (-s.count, s.model))
+                    key=lambda s: (-s.count, s.name))
     note = f"{len(chosen) - MAX_BARS} more model(s) with fewer results not shown" if len(chosen) > MAX_BARS else ""
     chosen = sorted(chosen[:MAX_BARS], key=lambda s: -s.mean)  # type: ignore[operator]
-    exponent = scale_exponent([v for s in chosen for v in (s.minimum, s.maximum)])  # type: ignore[misc]
-    low = min(0.0, *(_scaled(s.minimum, exponent) for s in chosen))  # type: ignore[arg-type]
-    high = max(0.0, *(_scaled(s.maximum, exponent) for s in chosen))  # type: ignore[arg-type]
+    names = series_names(chosen)
+    scale = magnitude(v for s in chosen for v in (s.minimum, s.maximum))
+    low = min(0.0, *(s.minimum / scale for s in chosen))  # type: ignore[operator]
+    high = max(0.0, *(s.maximum / scale for s in chosen))  # type: ignore[operator]
     ticks = nice_ticks(low, high)
     left, right = LABEL_WIDTH, WIDTH - VALUE_WIDTH
-    scale = (right - left) / (ticks[-1] - ticks[0])
+    pixels = (right - left) / (ticks[-1] - ticks[0])
+
+    def x_scaled(scaled: float) -> float:
+        scaled = min(max(scaled, ticks[0]), ticks[-1])  # a CI of ±inf ends at the axis
+        return round(left + (scaled - ticks[0]) * pixels, 1)
 
     def x_of(value: float) -> float:
-        return round(left + (_scaled(value, exponent) - ticks[0]) * scale, 1)
+        return x_scaled(value / scale)
 
     zero = x_of(0.0)
     bars = []
     for row, stats in enumerate(chosen):
         end = x_of(stats.mean)  # type: ignore[arg-type]
-        whisker = (x_of(stats.minimum), x_of(stats.maximum)) if stats.count > 1 else None  # type: ignore[arg-type]
-        bars.append(Bar(_clip(stats.model, 34), stats.model, format_number(stats.mean), row * BAR_ROW + 8,
-                        min(zero, end), round(abs(end - zero), 1), whisker))
+        whisker = (x_of(stats.minimum), x_of(stats.maximum)) if stats.minimum != stats.maximum else None  # type: ignore[arg-type]
+        summary = stats.samples
+        error, error_text = None, ""
+        if summary is not None and summary.ci95_low is not None and summary.ci95_high is not None:
+            error = (x_of(summary.ci95_low), x_of(summary.ci95_high))
+            error_text = f"; 95 % CI {format_number(summary.ci95_low)} – {format_number(summary.ci95_high)} " \
+                         f"from {summary.n} samples"
+        name = names[id(stats)]
+        bars.append(Bar(_clip(name, 34), stats.identity.label(), format_number(stats.mean), row * BAR_ROW + 8,
+                        min(zero, end), round(abs(end - zero), 1), whisker, error, error_text))
     height = len(bars) * BAR_ROW + 8 + AXIS_HEIGHT
-    return BarChart(metric, lower_is_better(metric), bars,
-                    [Tick(x_of(_unscaled(t, exponent)), format_number(_unscaled(t, exponent))) for t in ticks],
+    return BarChart(metric, lower_is_better(metric), bars, [Tick(x_scaled(t), _label(t, scale)) for t in ticks],
                     WIDTH, height, left, right, zero, note)
 
 
@@ -175,57 +212,89 @@ def _bucketed(points: list[tuple[int, float]], first: int, last: int) -> list[tu
     return [(first + (b + 0.5) * width - 0.5, sum(vs) / len(vs)) for b, vs in sorted(buckets.items())]
 
 
-def line_chart(metric: str, models: list[ModelStats], summary: Summary) -> LineChart | None:
-    """Performance in ``metric`` across runs for the models with most runs; None without history."""
+def line_chart(metric: str, models: list[ModelStats], summary: Summary,
+               changes: dict[tuple[str, ...], list[Change]] | None = None) -> LineChart | None:
+    """Performance in ``metric`` across runs for the results with most runs; None without history.
+
+    ``changes`` (per group, from :func:`madengine.reports.regressions.changes_in_summary`) are marked.
+    """
     candidates = sorted((s for s in models if s.metric == metric and len(s.history) >= 2),
-                        key=lambda s: (-len(s.history), s.model))
+                        key=lambda s: (-len(s.history), s.name))
     if not candidates:
         return None
     chosen = candidates[:MAX_SERIES]
+    names = series_names(chosen)
     first = min(s.history[0][0] for s in chosen)
     last = max(s.history[-1][0] for s in chosen)
-    values = [v for s in chosen for _, v in s.history]
-    exponent = scale_exponent(values)
-    y_ticks = nice_ticks(_scaled(min(values), exponent), _scaled(max(values), exponent))
+    scale = magnitude([v for s in chosen for _, v in s.history] + [v for s in chosen for _, a, b in s.spread for v in (a, b)])
+    values = [v / scale for s in chosen for _, v in s.history]
+    values += [v / scale for s in chosen for _, a, b in s.spread for v in (a, b)]
+    y_ticks = nice_ticks(min(values), max(values))
     left, top, right, bottom = LINE_MARGIN[3], LINE_MARGIN[0], WIDTH - LINE_MARGIN[1], LINE_HEIGHT - LINE_MARGIN[2]
     x_scale = (right - left) / max(last - first, 1)
     y_scale = (bottom - top) / (y_ticks[-1] - y_ticks[0])
 
-    def xy(position: float, value: float) -> tuple[float, float]:
-        return (round(left + (position - first) * x_scale, 1),
-                round(bottom - (_scaled(value, exponent) - y_ticks[0]) * y_scale, 1))
+    def x_of(position: float) -> float:
+        return round(left + (position - first) * x_scale, 1)
+
+    def y_scaled(scaled: float) -> float:
+        return round(bottom - (scaled - y_ticks[0]) * y_scale, 1)
+
+    def y_of(value: float) -> float:
+        return y_scaled(value / scale)
 
     series = []
     for number, stats in enumerate(chosen):
-        points = [(*xy(p, v), p, v) for p, v in _bucketed(stats.history, first, last)]
+        name = names[id(stats)]
+        points = [(x_of(p), y_of(v), p, v) for p, v in _bucketed(stats.history, first, last)]
         path = "M" + " L".join(f"{x},{y}" for x, y, _, _ in points)
-        marks = [(x, y, f"{stats.model}: {format_number(v)} {metric} ({_run_label(summary, p)})")
+        marks = [(x, y, f"{name}: {format_number(v)} {metric} ({_run_label(summary, p)})")
                  for x, y, p, v in points] if len(points) <= 60 else []
-        series.append(Series(stats.model, PALETTE[number % len(PALETTE)], path, marks))
-    x_ticks = [Tick(xy(p, 0)[0], _run_label(summary, p)) for p in sorted({first, (first + last) // 2, last})]
+        band = ""
+        if stats.spread and last - first + 1 <= MAX_POINTS:
+            upper = [f"{x_of(p)},{y_of(high)}" for p, _, high in stats.spread]
+            lower = [f"{x_of(p)},{y_of(low)}" for p, low, _ in reversed(stats.spread)]
+            band = " ".join(upper + lower) if len(stats.spread) > 1 else ""
+        markers = [Marker(x_of(stats.history[c.index][0]), c.kind,
+                          f"{name}: {c.kind} {format_change(c.point.size)} at {_run_label(summary, stats.history[c.index][0])} "
+                          f"(confidence {c.point.confidence:.3f})")
+                   for c in (changes or {}).get(stats.group, []) if c.index < len(stats.history)]
+        series.append(Series(name, PALETTE[number % len(PALETTE)], path, marks, band, markers))
+    x_ticks = [Tick(x_of(p), *_run_tick(summary, p)) for p in sorted({first, (first + last) // 2, last})]
     note = f"{len(candidates) - MAX_SERIES} more model(s) with fewer runs not shown" if len(candidates) > MAX_SERIES else ""
     if last - first + 1 > MAX_POINTS:
         note = "; ".join(filter(None, [note, f"{last - first + 1} runs averaged into {MAX_POINTS} buckets"]))
-    y_labels = [Tick(xy(first, _unscaled(t, exponent))[1], format_number(_unscaled(t, exponent))) for t in y_ticks]
-    return LineChart(metric, lower_is_better(metric), series, y_labels,
+    return LineChart(metric, lower_is_better(metric), series, [Tick(y_scaled(t), _label(t, scale)) for t in y_ticks],
                      x_ticks, WIDTH, LINE_HEIGHT, (left, top, right, bottom), note)
 
 
-def _run_label(summary: Summary, position: float) -> str:
+def _run(summary: Summary, position: float):
     index = min(max(int(round(position)), 0), len(summary.runs) - 1)
-    return summary.runs[index].label
+    return summary.runs[index]
+
+
+def _run_label(summary: Summary, position: float) -> str:
+    return _run(summary, position).label
+
+
+def _run_tick(summary: Summary, position: float) -> tuple[str, str]:
+    """An x tick: the run id, and under it the start time to the second."""
+    run = _run(summary, position)
+    key = run.key if len(run.key) <= 24 else run.key[:23] + "…"
+    started = run.started_at.replace("T", " ")[:19]
+    return key, "" if started == run.key.replace("T", " ")[:19] else started
 
 
 def sparkline(stats: ModelStats, width: int = 120, height: int = 24) -> str:
-    """SVG polyline points of a model's figures across runs (its own scale); '' under 2 runs."""
+    """SVG polyline points of a result's figures across runs (its own scale); '' under 2 runs."""
     history = stats.history
     if len(history) < 2:
         return ""
     if len(history) > SPARK_POINTS:
         step = len(history) / SPARK_POINTS
         history = [history[int(k * step)] for k in range(SPARK_POINTS - 1)] + [history[-1]]
-    exponent = scale_exponent(v for _, v in history)
-    values = [_scaled(v, exponent) for _, v in history]
+    scale = magnitude(v for _, v in history)
+    values = [v / scale for _, v in history]
     low, high = min(values), max(values)
     spread = (high - low) or 1.0
     dx = (width - 4) / (len(values) - 1)

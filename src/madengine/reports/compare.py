@@ -1,12 +1,19 @@
-"""Compare two sets of results (two perf.csv files, or two runs from the database) per model.
+"""Compare two sets of results per result identity, with a significance test on every sample.
 
-Per (model, metric): the mean performance of the SUCCESS rows with a number on each side, the
-ratio new/old and a verdict. ``faster`` / ``slower`` when the relative change passes the
-threshold in the metric's good / bad direction (lower is better for times and latencies, see
-:func:`madengine.reports.metrics.lower_is_better`), ``unchanged`` within it, ``new`` when only
-the new side has figures, ``missing`` when only the old side has. A model whose metric changed
-shows up as ``missing`` under the old metric and ``new`` under the new one: their figures are
-not comparable.
+Inputs: two perf.csv files, two folders of repeated runs (see :func:`read_side`), or two run ids of
+the results database. Each side's SUCCESS rows are grouped by
+:class:`~madengine.results.identity.ResultIdentity` (model, metric, tag configs, executor, GPU
+vendor and architecture, n_gpus, backend); a group's figures are every sample of its rows
+(``perf_samples``, else ``performance``). Matching identities are compared with
+:func:`madengine.stats.compare.compare_samples` (Mann–Whitney U at α 0.05, Hodges–Lehmann ratio
+with a 95 % CI, ``--threshold`` the minimum effect size): ``faster``, ``slower``, ``unchanged`` or
+``inconclusive``, in the metric's direction (:func:`madengine.reports.metrics.lower_is_better`).
+``new``/``missing``: only the new/old side has figures for that identity.
+
+Different environments are never mixed: a model that ran under docker on one side and locally on
+the other is ``missing`` + ``new`` unless ``across_environments`` is set, which pairs the one old
+and the one new environment of a (model, metric, tag configs) and records a warning naming what
+differs.
 """
 
 from __future__ import annotations
@@ -14,104 +21,233 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core.errors import InputError, ServiceError
 from madengine.reports.metrics import lower_is_better
-from madengine.reports.summary import SCALED, as_float, mean_of
 from madengine.reports.table import bulk, load_table
 from madengine.results.columns import Status
+from madengine.results.identity import ResultIdentity
+from madengine.results.samples import SAMPLES_FILE, read_samples_file, row_samples
+from madengine.stats.compare import ALPHA, DEFAULT_MIN_EFFECT, compare_samples
 
-VERDICTS = ("faster", "slower", "unchanged", "new", "missing")
-DEFAULT_THRESHOLD = 0.05
+VERDICTS = ("faster", "slower", "unchanged", "inconclusive", "new", "missing")
+DEFAULT_THRESHOLD = DEFAULT_MIN_EFFECT
+PERF_FILE = "perf.csv"
+
+
+@dataclasses.dataclass
+class Side:
+    """One identity's figures on one side."""
+
+    rows: int = 0
+    samples: list[float] = dataclasses.field(default_factory=list)
+
+    @property
+    def mean(self) -> float | None:
+        return _mean(self.samples)
+
+    @property
+    def median(self) -> float | None:
+        if not self.samples:
+            return None
+        ordered = sorted(self.samples)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else ordered[middle - 1] / 2 + ordered[middle] / 2
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    scale = max(abs(v) for v in values) or 1.0
+    return math.fsum(v / scale for v in values) / len(values) * scale
 
 
 @dataclasses.dataclass
 class Comparison:
-    model: str
-    metric: str
+    identity: ResultIdentity
     lower_is_better: bool
-    old_mean: float | None
-    new_mean: float | None
-    old_rows: int
-    new_rows: int
-    ratio: float | None  # new / old
-    change: float | None  # relative change (new - old) / |old|
+    old: Side
+    new: Side
     verdict: str
+    ratio: float | None = None  #: NEW/OLD
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+    reason: str = ""
+    new_identity: ResultIdentity | None = None  #: set when compared across environments
+    environment_differences: list[str] = dataclasses.field(default_factory=list)
 
-    def to_json(self) -> dict:
-        data = dataclasses.asdict(self)
-        data["change_percent"] = None if self.change is None else round(self.change * 100, 3)
-        del data["change"]
-        return data
+    @property
+    def model(self) -> str:
+        return self.identity.model
+
+    @property
+    def metric(self) -> str:
+        return self.identity.metric
+
+    @property
+    def change(self) -> float | None:
+        return None if self.ratio is None else self.ratio - 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        identity = self.identity
+        return {
+            "model": identity.model, "metric": identity.metric, "tag_configs": identity.tag_configs,
+            "identity": identity.label(), "identity_key": identity.key(),
+            "new_identity": None if self.new_identity is None else self.new_identity.label(),
+            "environment_differences": self.environment_differences, "lower_is_better": self.lower_is_better,
+            "old_mean": _json_number(self.old.mean), "new_mean": _json_number(self.new.mean),
+            "old_median": _json_number(self.old.median), "new_median": _json_number(self.new.median),
+            "old_rows": self.old.rows, "new_rows": self.new.rows,
+            "old_n": len(self.old.samples), "new_n": len(self.new.samples),
+            "ratio": _json_number(self.ratio), "ci95_low": _json_number(self.ci_low),
+            "ci95_high": _json_number(self.ci_high), "p_value": _json_number(self.p_value),
+            "change_percent": None if self.change is None or not math.isfinite(self.change)
+            else round(self.change * 100, 3),
+            "verdict": self.verdict, "reason": self.reason,
+        }
 
 
-def _means(rows: Iterable[Mapping[str, str]]) -> dict[tuple[str, str], tuple[float, int]]:
-    sums: dict[tuple[str, str], list[float]] = {}
-    for row in rows:
+def _json_number(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclasses.dataclass
+class CompareResult:
+    comparisons: list[Comparison]
+    warnings: list[str]
+
+    def counts(self) -> dict[str, int]:
+        tally = dict.fromkeys(VERDICTS, 0)
+        for comparison in self.comparisons:
+            tally[comparison.verdict] += 1
+        return tally
+
+    @property
+    def regressed(self) -> bool:
+        return any(c.verdict == "slower" for c in self.comparisons)
+
+
+# --- grouping ----------------------------------------------------------------------------------
+
+def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[ResultIdentity, Side]:
+    """SUCCESS rows with figures, grouped by identity; a malformed ``perf_samples`` is an
+    :class:`InputError` naming ``source`` and the row."""
+    groups: dict[ResultIdentity, Side] = {}
+    for number, row in enumerate(rows, start=1):
         if (row.get("status") or "").strip().upper() != Status.SUCCESS:
             continue
-        value = as_float((row.get("performance") or "").strip())
-        if value is None:
+        try:
+            values = row_samples(row, strict=True)
+        except ValueError as exc:
+            raise InputError(f"row {number} ({(row.get('model') or '').strip()}): {exc}", path=source or None,
+                             hint="perf_samples must be a JSON list of numbers, or empty") from None
+        if not values:
             continue
-        key = ((row.get("model") or "").strip(), (row.get("metric") or "").strip())
-        acc = sums.setdefault(key, [0.0, 0, 0.0])
-        acc[0] += value
-        acc[1] += 1
-        acc[2] += value * SCALED  # a sum of 1e308s overflows, their mean does not
-    return {key: (mean_of(total, scaled, count), int(count)) for key, (total, count, scaled) in sums.items()}
+        side = groups.setdefault(ResultIdentity.from_row(row), Side())
+        side.rows += 1
+        side.samples.extend(values)
+    return groups
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def verdict(old: float, new: float, lower_better: bool, threshold: float) -> tuple[float | None, float | None, str]:
-    """(ratio, relative change, verdict) of one model's old and new means."""
-    ratio = _finite(new / old) if old else None
-    # rounding keeps 1.05/1.00 at exactly +5 %; a change too large for a float (1e308 vs 5e-324) is
-    # None like a change from 0, and the direction alone decides
-    change = _finite(round(new / abs(old) - old / abs(old), 12)) if old else None
-    if change is None:
-        better = new < old if lower_better else new > old
-        return ratio, None, "unchanged" if new == old else ("faster" if better else "slower")
-    if abs(change) <= threshold:
-        return ratio, change, "unchanged"
-    improved = change < 0 if lower_better else change > 0
-    return ratio, change, "faster" if improved else "slower"
+def _pair_across_environments(old: dict[ResultIdentity, Side], new: dict[ResultIdentity, Side]
+                              ) -> list[tuple[ResultIdentity, ResultIdentity]]:
+    """Unmatched old/new identities that differ only in their environment, one of each per
+    (model, metric, tag configs); ambiguous ones (several environments on a side) stay unpaired."""
+    lonely_old: dict[tuple[str, str, str], list[ResultIdentity]] = {}
+    lonely_new: dict[tuple[str, str, str], list[ResultIdentity]] = {}
+    for identity in old.keys() - new.keys():
+        lonely_old.setdefault(identity.comparable_key(), []).append(identity)
+    for identity in new.keys() - old.keys():
+        lonely_new.setdefault(identity.comparable_key(), []).append(identity)
+    return [(olds[0], lonely_new[key][0]) for key, olds in lonely_old.items()
+            if len(olds) == 1 and len(lonely_new.get(key, [])) == 1]
 
 
 def compare_rows(old_rows: Iterable[Mapping[str, str]], new_rows: Iterable[Mapping[str, str]],
-                 threshold: float = DEFAULT_THRESHOLD) -> list[Comparison]:
-    """Compare two sets of perf rows (dicts keyed by perf.csv column names); sorted by model, metric."""
+                 threshold: float = DEFAULT_THRESHOLD, *, across_environments: bool = False,
+                 sources: tuple[str, str] = ("", "")) -> CompareResult:
+    """Compare two sets of perf rows (dicts keyed by perf.csv column names), per identity."""
     if threshold < 0:
         raise InputError("the threshold cannot be negative", path="--threshold")
-    old, new = _means(old_rows), _means(new_rows)
+    old, new = group_samples(old_rows, sources[0]), group_samples(new_rows, sources[1])
+    pairs = {identity: identity for identity in old.keys() & new.keys()}
+    crossed = _pair_across_environments(old, new)
+    warnings = []
+    if across_environments:
+        for old_identity, new_identity in crossed:
+            pairs[old_identity] = new_identity
+            warnings.append(f"{old_identity.model}: compared across environments "
+                            f"({old_identity.describe_differences(new_identity)})")
+    elif crossed:
+        examples = "; ".join(f"{o.model} ({o.describe_differences(n)})" for o, n in crossed[:3])
+        warnings.append(f"{len(crossed)} result(s) ran in a different environment and are not compared: {examples}; "
+                        "--across-environments compares them anyway")
+    paired_new = set(pairs.values())
     results = []
-    for key in sorted(old.keys() | new.keys()):
-        model, metric = key
-        lower = lower_is_better(metric)
-        old_mean, old_count = old.get(key, (None, 0))
-        new_mean, new_count = new.get(key, (None, 0))
-        if old_mean is None:
-            ratio, change, word = None, None, "new"
-        elif new_mean is None:
-            ratio, change, word = None, None, "missing"
+    for identity in sorted(old.keys() | (new.keys() - paired_new)):
+        lower = lower_is_better(identity.metric)
+        if identity not in old:
+            results.append(Comparison(identity, lower, Side(), new[identity], "new"))
+        elif identity not in pairs:
+            results.append(Comparison(identity, lower, old[identity], Side(), "missing"))
         else:
-            ratio, change, word = verdict(old_mean, new_mean, lower, threshold)
-        results.append(Comparison(model, metric, lower, old_mean, new_mean, old_count, new_count, ratio, change, word))
-    return results
+            results.append(_compared(identity, pairs[identity], old[identity], new[pairs[identity]], lower, threshold))
+    return CompareResult(results, warnings)
 
 
-def compare_csv(old_path: Path, new_path: Path, threshold: float = DEFAULT_THRESHOLD) -> list[Comparison]:
-    """Compare two perf.csv files."""
+def _compared(identity: ResultIdentity, new_identity: ResultIdentity, old: Side, new: Side, lower: bool,
+              threshold: float) -> Comparison:
+    outcome = compare_samples(old.samples, new.samples, lower_is_better=lower, min_effect=threshold, alpha=ALPHA)
+    differences = identity.environment_differences(new_identity)
+    return Comparison(identity, lower, old, new, outcome.verdict, outcome.ratio, outcome.ci_low, outcome.ci_high,
+                      outcome.p_value, outcome.reason, new_identity if differences else None, differences)
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+def read_side(path: Path) -> list[dict[str, str]]:
+    """The rows of one side: a perf.csv file, or a folder of repeated runs.
+
+    A folder contributes every ``perf.csv`` under it (any depth), plus every ``samples.json`` (a run
+    folder's per-result samples) whose (run id, identity) none of those perf.csv rows has.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _folder_rows(path)
+    return list(load_table(path).dicts())
+
+
+def _folder_rows(folder: Path) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = []
+    for csv_path in sorted(folder.rglob(PERF_FILE)):
+        rows.extend(load_table(csv_path).dicts())
+    seen = {(row.get("run_id", ""), ResultIdentity.from_row(row)) for row in rows}
+    for samples_path in sorted(folder.rglob(SAMPLES_FILE)):
+        for row in read_samples_file(samples_path):
+            if (row.get("run_id", ""), ResultIdentity.from_row(row)) not in seen:
+                rows.append(row)
+    if not rows:
+        raise InputError(f"no {PERF_FILE} or {SAMPLES_FILE} with results in this folder", path=str(folder),
+                         hint="pass a perf.csv, or a folder holding the perf.csv files or run folders of repeated runs")
+    return rows
+
+
+def compare_paths(old_path: Path, new_path: Path, threshold: float = DEFAULT_THRESHOLD, *,
+                  across_environments: bool = False) -> CompareResult:
+    """Compare two perf.csv files or folders of repeated runs."""
     with bulk():
-        old, new = load_table(old_path), load_table(new_path)
-        return compare_rows(old.dicts(), new.dicts(), threshold)
+        old, new = read_side(Path(old_path)), read_side(Path(new_path))
+        return compare_rows(old, new, threshold, across_environments=across_environments,
+                            sources=(str(old_path), str(new_path)))
+
+
+compare_csv = compare_paths  # the name of earlier releases
 
 
 def compare_runs(db_url: str | None, old_run: str, new_run: str, threshold: float = DEFAULT_THRESHOLD,
-                 environ: Mapping[str, str] | None = None) -> list[Comparison]:
+                 environ: Mapping[str, str] | None = None, *, across_environments: bool = False) -> CompareResult:
     """Compare two runs stored in the results database (``madengine database``).
 
     ``db_url`` None means the database's own default (``MADENGINE_DB_URL``, the ``TUNA_DB_*``
@@ -129,11 +265,5 @@ def compare_runs(db_url: str | None, old_run: str, new_run: str, threshold: floa
             raise InputError(f"run '{run_id}' has no rows in the database", path=flag,
                              hint="'madengine database list-runs' lists the stored runs")
         fetched[flag] = rows
-    return compare_rows(fetched["--old-run"], fetched["--new-run"], threshold)
-
-
-def counts(results: list[Comparison]) -> dict[str, int]:
-    tally = dict.fromkeys(VERDICTS, 0)
-    for result in results:
-        tally[result.verdict] += 1
-    return tally
+    return compare_rows(fetched["--old-run"], fetched["--new-run"], threshold, across_environments=across_environments,
+                        sources=(f"run {old_run}", f"run {new_run}"))

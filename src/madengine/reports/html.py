@@ -1,8 +1,10 @@
 """perf.html: one self-contained page (no network needed) from a perf.csv.
 
-The page has summary counts, charts as inline SVG (mean performance per model; performance
-across runs when the file has history), a per-model table with a sparkline of each model's
-history, and the rows table, sortable and filterable by a small inline script. Summary, charts
+The page has summary counts, charts as inline SVG (mean performance per result with its 95 % CI and
+min–max; performance across runs with each run's spread and the detected change points, when the
+file has history), the list of detected changes, a per-result table (model with its tag configs,
+environment, a sparkline of its history), and the rows table, sortable and filterable by a small
+inline script. Summary, charts
 and the per-model table cover every row; the rows table holds the latest ``ROW_LIMIT`` rows
 (paged in the browser), so a 100,000-row perf.csv still gives a page of a few hundred KB.
 """
@@ -16,6 +18,7 @@ from madengine import __version__
 from madengine.core.errors import InputError
 from madengine.core.redact import redact
 from madengine.reports import charts
+from madengine.reports.regressions import changes_in_summary
 from madengine.reports.render import environment, rows_view, summary_cards, write_atomically
 from madengine.reports.summary import summarize
 from madengine.reports.table import PerfTable, bulk, load_table
@@ -42,7 +45,11 @@ def _render(table: PerfTable) -> str:
     models = summary.models
     if len(models) > MODEL_LIMIT:
         models = sorted(sorted(models, key=lambda s: -s.rows)[:MODEL_LIMIT], key=lambda s: s.model)
-    line_charts = [chart for chart in (charts.line_chart(m, summary.models, summary) for m in metrics) if chart]
+    changes = changes_in_summary(summary)
+    line_charts = [chart for chart in (charts.line_chart(m, summary.models, summary, changes) for m in metrics)
+                   if chart]
+    listed = sorted((c for group in changes.values() for c in group),
+                    key=lambda c: (c.kind != "regression", not c.latest, c.identity.label(), c.index))
     return environment().get_template("report.html.j2").render(
         title=f"madengine results: {table.path.name}",
         source=str(table.path),
@@ -53,9 +60,11 @@ def _render(table: PerfTable) -> str:
         bar_charts=[charts.bar_chart(m, summary.models) for m in metrics],
         line_charts=line_charts,
         charts_left_out=left_out,
+        changes=listed,
+        run_label=lambda position: summary.runs[position].label,
         models=models,
         models_total=len(summary.models),
-        sparklines={s.model: charts.sparkline(s) for s in models},
+        sparklines={s.group: charts.sparkline(s) for s in models},
         view=rows_view(table, ROW_LIMIT),
         page_size=PAGE_SIZE,
     )

@@ -10,22 +10,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 import os
 from pathlib import Path
 
 import jinja2
 
 from madengine.core.errors import InputError
-from madengine.reports.metrics import format_number
+from madengine.reports.metrics import format_change, format_number
 from madengine.reports.summary import Summary
 from madengine.reports.table import PerfTable
 from madengine.results.columns import ALL_COLUMNS
 
 # The columns of the rows table, in this order, when present and not empty in the shown rows.
-ROW_COLUMNS = ("model", "status", "performance", "metric", "n_gpus", "gpu_architecture", "machine_name",
-               "docker_image", "test_duration", "started_at", "run_id", "reason")
+ROW_COLUMNS = ("model", "tag_configs", "status", "performance", "metric", "perf_n", "perf_cv", "n_gpus",
+               "gpu_architecture", "executor", "backend", "machine_name", "docker_image", "test_duration", "started_at",
+               "run_id", "reason")
 # how a cell of these columns is shown: "num" right-aligned figures, "status" coloured, "wrap" long text
-COLUMN_KINDS = {"performance": "num", "n_gpus": "num", "test_duration": "num", "status": "status", "reason": "wrap"}
+COLUMN_KINDS = {"performance": "num", "perf_n": "num", "perf_cv": "num", "n_gpus": "num", "test_duration": "num",
+                "status": "status", "reason": "wrap"}
 CELL_LIMIT = 300  # characters of a cell shown in the rows table (a long reason would bloat a 2,000-row page)
 MAX_EXTRA_COLUMNS = 6  # per-result columns (multiple_results extras, bench statistics) shown after those
 
@@ -38,18 +41,18 @@ def environment() -> jinja2.Environment:
     env.filters["figure"] = format_figure
     env.filters["percent"] = lambda value: "" if value is None else f"{value * 100:.1f} %"
     env.filters["thousands"] = lambda value: f"{value:,}"
+    env.filters["change"] = format_change
     return env
 
 
 def format_figure(text: str) -> str:
-    """A table cell's number to 6 significant digits (the raw value stays in the cell's title)."""
+    """A table cell's number with the reports' one rounding (:func:`format_number`); the raw value
+    stays in the cell's title. Text that is not a finite number is shown as it is."""
     try:
         value = float(text)
     except (TypeError, ValueError):
         return text
-    if value != value or abs(value) in (float("inf"),):
-        return text
-    return f"{value:,.0f}" if abs(value) >= 1e6 else f"{value:.6g}"
+    return format_number(value) if math.isfinite(value) else text
 
 
 @dataclasses.dataclass
@@ -101,7 +104,10 @@ def summary_cards(summary: Summary) -> list[tuple[str, str, str]]:
         cards.append(("other status", f"{counts['other']:,}", "other"))
     rate = summary.success_rate
     cards += [("success rate", "" if rate is None else f"{rate * 100:.1f} %", ""),
-              ("models", f"{len(summary.models):,}", ""), ("runs", f"{len(summary.runs):,}", "")]
+              ("models", f"{summary.model_names:,}", "")]
+    if len(summary.models) > summary.model_names:  # a model in several tag configs or environments
+        cards.append(("results", f"{len(summary.models):,}", ""))
+    cards.append(("runs", f"{len(summary.runs):,}", ""))
     if summary.machines:
         cards.append(("machines", f"{summary.machines:,}", ""))
     return cards

@@ -1,12 +1,17 @@
-"""Aggregates of a perf.csv that every report shows: status counts, runs, per-model statistics.
+"""Aggregates of a perf.csv that every report shows: status counts, runs, per-result statistics.
 
 One pass over all rows (100,000 rows in well under a second). A *run* is the value of ``run_id``,
 or of ``started_at`` for rows without one (older files); rows with neither belong to no run and
 are left out of the history. Runs are ordered by their earliest ``started_at`` when every run has
 one, else in the order they first appear in the file (perf.csv is appended to in time order).
-Performance statistics use SUCCESS rows with a numeric performance, in the model's current
-metric (the metric of its latest SUCCESS row; for a model that never succeeded, the latest metric
-named at all), so that figures of different units never mix.
+
+Rows are grouped by result identity (:mod:`madengine.results.identity`): model, tag configs and
+environment (executor, GPU vendor and architecture, n_gpus, backend); a group's metric is its
+current one (that of its latest SUCCESS row; for a group that never succeeded, the latest metric
+named at all), so its statistics are those of one identity and figures of different units or
+environments never mix. FAILURE rows, which name no metric, count in their group's status columns.
+Figures are every sample of a row (``perf_samples``, else ``performance``); a run's figure in the
+history is the median of its samples, as in ``report regressions``.
 """
 
 from __future__ import annotations
@@ -17,8 +22,15 @@ from collections import Counter
 
 from madengine.reports.table import PerfTable
 from madengine.results.columns import Status
+from madengine.results.identity import ENVIRONMENT_FIELDS, ResultIdentity
+from madengine.results.samples import parse_samples
+from madengine.stats.summary import Summary as SampleSummary
+from madengine.stats.summary import summarize as summarize_samples
 
 OTHER = "other"
+GROUP_FIELDS = ("model", "tag_configs", *ENVIRONMENT_FIELDS)  # the identity without its metric
+RUN_LABEL_LIMIT = 24
+_INF = float("inf")
 
 
 @dataclasses.dataclass
@@ -29,14 +41,18 @@ class Run:
 
     @property
     def label(self) -> str:
-        """A short label for chart axes: the start time to the minute, else the id."""
-        if self.started_at:
-            return self.started_at.replace("T", " ")[:16]
-        return self.key if len(self.key) <= 20 else self.key[:19] + "…"
+        """For chart axes and tooltips: the run id and its start time to the second."""
+        key = self.key if len(self.key) <= RUN_LABEL_LIMIT else self.key[:RUN_LABEL_LIMIT - 1] + "…"
+        started = self.started_at.replace("T", " ")[:19]
+        if not started or started == self.key.replace("T", " ")[:19]:
+            return key
+        return f"{key} · {started}"
 
 
 @dataclasses.dataclass
 class ModelStats:
+    """One result group: a model with its tag configs and environment (see the module docstring)."""
+
     model: str
     metric: str = ""
     rows: int = 0
@@ -47,19 +63,39 @@ class ModelStats:
     latest_performance: str = ""
     latest_started: str = ""
     count: int = 0  # SUCCESS rows with a number in ``metric``
-    mean: float | None = None
+    mean: float | None = None  # of every sample
     minimum: float | None = None
     maximum: float | None = None
-    history: list[tuple[int, float]] = dataclasses.field(default_factory=list)  # (run position, mean)
+    history: list[tuple[int, float]] = dataclasses.field(default_factory=list)  # (run position, median)
+    spread: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)  # (run position, min, max)
+    samples: SampleSummary | None = None  # of every sample of the SUCCESS rows in ``metric``
+    group: tuple[str, ...] = ()  # GROUP_FIELDS values
+
+    @property
+    def identity(self) -> ResultIdentity:
+        values = dict(zip(GROUP_FIELDS, self.group or (self.model,)))
+        return ResultIdentity(**{**values, "metric": self.metric})
+
+    @property
+    def name(self) -> str:
+        """The model with its tag configs beside it: ``numpy_matmul [size=64]``."""
+        configs = self.group[1] if len(self.group) > 1 else ""
+        return f"{self.model} [{configs}]" if configs else self.model
+
+    @property
+    def environment(self) -> str:
+        """``docker · AMD gfx942 · 1 GPU`` (what the label adds to the name)."""
+        label = self.identity.label()
+        return label.split(" · ", 1)[1] if " · " in label else ""
 
 
 @dataclasses.dataclass
 class Summary:
-    """What the summary cards, the per-model table and the charts show, over all rows."""
+    """What the summary cards, the per-result table and the charts show, over all rows."""
 
     total: int
     counts: dict[str, int]  # SUCCESS, FAILURE, SKIPPED, other
-    models: list[ModelStats]  # by model name
+    models: list[ModelStats]  # by group (model name first)
     runs: list[Run]  # in time order
     machines: int
     first_started: str
@@ -70,8 +106,8 @@ class Summary:
         return self.counts[Status.SUCCESS] / self.total if self.total else None
 
     @property
-    def has_history(self) -> bool:
-        return len(self.runs) >= 2
+    def model_names(self) -> int:
+        return len({stats.model for stats in self.models})
 
 
 def as_float(text: str) -> float | None:
@@ -80,6 +116,20 @@ def as_float(text: str) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _samples(performance: str, samples_cell: str) -> list[float]:
+    """A row's figures: its ``perf_samples`` when they parse, else its performance (a report never
+    fails on a malformed cell)."""
+    if samples_cell:
+        try:
+            values = parse_samples(samples_cell)
+        except ValueError:
+            values = []
+        if values:
+            return values
+    value = as_float(performance)
+    return [] if value is None else [value]
 
 
 def summarize(table: PerfTable) -> Summary:
@@ -94,8 +144,10 @@ def summarize(table: PerfTable) -> Summary:
     metrics = table.column("metric")
     started = table.column("started_at")
     run_ids = table.column("run_id")
+    samples = table.column("perf_samples")
     machines = set(table.column("machine_name")) if table.index("machine_name") is not None else set()
     machines.discard("")
+    groups = list(zip(*(table.column(name) for name in GROUP_FIELDS)))
 
     tally = Counter(statuses)
     counts = {name: tally.pop(name, 0) for name in (Status.SUCCESS, Status.FAILURE, Status.SKIPPED)}
@@ -103,7 +155,7 @@ def summarize(table: PerfTable) -> Summary:
     runs, run_of_row = _runs(run_ids, started)
     order = _run_order(runs)
     position = {run: pos for pos, run in enumerate(order)}
-    stats = _model_stats(models, statuses, performances, metrics, started, run_of_row, position)
+    stats = _group_stats(groups, statuses, performances, samples, metrics, started, run_of_row, position)
     dated = [s for s in started if s]
     return Summary(len(table.rows), counts, stats, [runs[i] for i in order], len(machines),
                    min(dated, default=""), max(dated, default=""))
@@ -126,77 +178,72 @@ def _runs(run_ids: list[str], started: list[str]) -> tuple[list[Run], list[int |
     return runs, run_of_row
 
 
-def _model_stats(models: list[str], statuses: list[str], performances: list[str], metrics: list[str],
-                 started: list[str], run_of_row: list[int | None], position: dict[int, int]) -> list[ModelStats]:
-    per_status = Counter(zip(models, statuses))
-    rows_of = Counter(models)
-    latest = {model: number for number, model in enumerate(models)}
-    metric_of = {model: metric for model, status, metric in zip(models, statuses, metrics) if status == Status.SUCCESS}
-    named_metric = {model: metric for model, metric in zip(models, metrics) if metric}  # models that never succeeded
-    figures, history = _figures(models, statuses, performances, metrics, run_of_row, metric_of, position)
+def _group_stats(groups: list[tuple[str, ...]], statuses: list[str], performances: list[str], samples: list[str],
+                 metrics: list[str], started: list[str], run_of_row: list[int | None],
+                 position: dict[int, int]) -> list[ModelStats]:
+    per_status = Counter(zip(groups, statuses))
+    rows_of = Counter(groups)
+    latest = {group: number for number, group in enumerate(groups)}
+    metric_of = {group: metric for group, status, metric in zip(groups, statuses, metrics) if status == Status.SUCCESS}
+    named_metric = {group: metric for group, metric in zip(groups, metrics) if metric}  # never succeeded
+    figures, history = _figures(groups, statuses, performances, samples, metrics, run_of_row, metric_of, position)
     result = []
-    for model in sorted(rows_of):
-        last = latest[model]
-        stats = ModelStats(model, metric_of.get(model, named_metric.get(model, "")), rows_of[model],
-                           per_status[(model, Status.SUCCESS)], per_status[(model, Status.FAILURE)],
-                           per_status[(model, Status.SKIPPED)], statuses[last], performances[last], started[last])
-        acc = figures.get(model)
+    for group in sorted(rows_of):
+        last = latest[group]
+        stats = ModelStats(group[0], metric_of.get(group, named_metric.get(group, "")), rows_of[group],
+                           per_status[(group, Status.SUCCESS)], per_status[(group, Status.FAILURE)],
+                           per_status[(group, Status.SKIPPED)], statuses[last], performances[last], started[last],
+                           group=group)
+        acc = figures.get(group)
         if acc:
-            stats.count, stats.minimum, stats.maximum = acc[0], acc[2], acc[3]
-            stats.mean = mean_of(acc[1], acc[4], acc[0])
-            stats.history = sorted(history.get(model, []))
+            stats.count = acc[0]
+            stats.samples = summarize_samples(acc[1])
+            stats.mean, stats.minimum, stats.maximum = stats.samples.mean, stats.samples.minimum, stats.samples.maximum
+            runs = sorted(history.get(group, {}).items())
+            stats.history = [(run, _median(values)) for run, values in runs]
+            stats.spread = [(run, min(values), max(values)) for run, values in runs if len(values) > 1]
         result.append(stats)
     return result
 
 
-def _figures(models: list[str], statuses: list[str], performances: list[str], metrics: list[str],
-             run_of_row: list[int | None], metric_of: dict[str, str], position: dict[int, int]
-             ) -> tuple[dict[str, list], dict[str, list[tuple[int, float]]]]:
-    """Per model, over its SUCCESS figures in its current metric: [count, sum, min, max, scaled sum], and the
-    mean per run as (run position, mean)."""
-    figures: dict[str, list] = {}
-    by_run: dict[tuple[str, int], list] = {}  # (model, run) -> [sum, n]
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else ordered[middle - 1] / 2 + ordered[middle] / 2
+
+
+def _figures(groups: list[tuple[str, ...]], statuses: list[str], performances: list[str], samples: list[str],
+             metrics: list[str], run_of_row: list[int | None], metric_of: dict[tuple[str, ...], str],
+             position: dict[int, int]) -> tuple[dict[tuple[str, ...], list], dict[tuple[str, ...], dict[int, list]]]:
+    """Per group, over its SUCCESS figures in its current metric: [rows, every sample], and per run
+    position the samples of that run."""
+    figures: dict[tuple[str, ...], list] = {}
+    by_run: dict[tuple[str, ...], dict[int, list[float]]] = {}
     success = Status.SUCCESS
-    for model, status, text, metric, run in zip(models, statuses, performances, metrics, run_of_row):
-        if status != success or metric != metric_of[model]:
+    for group, status, text, cell, metric, run in zip(groups, statuses, performances, samples, metrics, run_of_row):
+        if status != success or metric != metric_of[group]:
             continue
-        value = as_float(text)
-        if value is None:
+        if cell:
+            values = _samples(text, cell)
+        else:  # the common case, kept free of calls: a 100,000-row page spends its time here
+            try:
+                value = float(text)
+            except ValueError:
+                continue
+            if value != value or value in (_INF, -_INF):
+                continue
+            values = [value]
+        if not values:
             continue
-        acc = figures.get(model)
+        acc = figures.get(group)
         if acc is None:
-            figures[model] = [1, value, value, value, value * SCALED]
+            figures[group] = [1, list(values)]
         else:
             acc[0] += 1
-            acc[1] += value
-            acc[4] += value * SCALED
-            if value < acc[2]:
-                acc[2] = value
-            elif value > acc[3]:
-                acc[3] = value
+            acc[1].extend(values)
         if run is not None:
-            cell = by_run.get((model, run))
-            if cell is None:
-                by_run[(model, run)] = [value, 1, value * SCALED]
-            else:
-                cell[0] += value
-                cell[1] += 1
-                cell[2] += value * SCALED
-    history: dict[str, list[tuple[int, float]]] = {}
-    for (model, run), (total, n, scaled) in by_run.items():
-        history.setdefault(model, []).append((position[run], mean_of(total, scaled, n)))
-    return figures, history
-
-
-#: figures are also summed scaled down by 2**64, for means of figures whose plain sum overflows
-SCALED = 2.0 ** -64
-
-
-def mean_of(total: float, scaled_total: float, count: int) -> float:
-    """``total / count``; when the plain sum overflowed (figures near 1.8e308), the same mean from
-    the sum of the figures scaled by :data:`SCALED` (exact for such figures)."""
-    mean = total / count
-    return mean if math.isfinite(mean) else math.ldexp(scaled_total / count, 64)
+            by_run.setdefault(group, {}).setdefault(position[run], []).extend(values)
+    return figures, by_run
 
 
 def _run_order(runs: list[Run]) -> list[int]:

@@ -47,6 +47,20 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "madengine_version",
     "command_line",  # the exact command line that produced the row
     "artifacts",  # ';'-separated paths of logs, tool outputs and other files of the run
+    # result identity (madengine.results.identity) and repeated measurements (madengine.results.samples)
+    "tag_configs",  # canonical tag configs the model was selected with: fast:size=64
+    "backend",  # '' for run rows; onnxruntime-<provider>, scorecard backend ids, torch-eager
+    "trace_id",  # 32 lowercase hex: the OpenTelemetry trace id of the run
+    "perf_n",  # samples behind performance (repeats kept); performance is their median
+    "perf_mean",
+    "perf_stddev",  # sample standard deviation (n-1); empty for one sample
+    "perf_cv",  # stddev / |mean|, a fraction
+    "perf_min",
+    "perf_max",
+    "perf_ci95_low",  # 95 % confidence interval of the mean (Student's t)
+    "perf_ci95_high",
+    "perf_samples",  # JSON list of every kept sample, in run order
+    "warmup_runs",  # discarded runs before the kept ones
 )
 
 ALL_COLUMNS: tuple[str, ...] = PERF_COLUMNS + EXTRA_COLUMNS

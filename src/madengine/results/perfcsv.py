@@ -1,10 +1,15 @@
 """perf.csv: append result rows atomically, never losing what is already there.
 
-Appending takes an exclusive lock on a sidecar ``<perf.csv>.lock`` file, reads only the header
-line, and appends the new rows at the end of the file: a 100,000-row perf.csv is not rewritten to
-add one row. Only when a row brings a column the header lacks is the file rewritten (header plus
-every old row, padded) into a temporary file that atomically replaces the old one, still under
-the lock. Concurrent writers therefore never interleave or drop rows.
+Appending takes an exclusive lock (``flock``) on perf.csv itself, reads only the header line, and
+appends the new rows at the end of the file: a 100,000-row perf.csv is not rewritten to add one
+row. Only when a row brings a column the header lacks is the file rewritten (header plus every
+old row, padded) into a temporary file that atomically replaces the old one, still under the lock;
+a writer that locked the replaced file notices and locks the new one. Concurrent writers therefore
+never interleave or drop rows, and no lock file is left beside perf.csv.
+
+A row is written whole or not at all: when the disk fills (or any write fails) part-way, the file
+is cut back to where it ended before, and the error is raised for the caller to keep the row
+elsewhere.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ import contextlib
 import csv
 import fcntl
 import io
+import json
 import os
+import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, TextIO
 
 from madengine.core.errors import InputError
 from madengine.results.columns import ALL_COLUMNS
@@ -23,16 +30,42 @@ from madengine.results.record import PerfRecord
 
 
 @contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive inter-process lock for ``path`` (a sidecar file, so renames are safe)."""
-    lock_path = path.with_name(path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as handle:
+def locked(path: Path) -> Iterator[TextIO]:
+    """``path`` opened for appending (created if missing) under an exclusive inter-process lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        handle = open(path, "a+", newline="", encoding="utf-8")
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        handle.close()  # another writer replaced the file while we waited: lock the new one
+    try:
+        yield handle
+    finally:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        handle.close()
+
+
+def _append_whole(handle: TextIO, text: str) -> None:
+    """Append ``text`` and make it durable, or leave the file exactly as it was.
+
+    Written to the file descriptor directly: a buffered writer that failed half-way would try to
+    flush the rest again while the file is being cut back.
+    """
+    fd = handle.fileno()
+    size = os.fstat(fd).st_size
+    data = text.encode("utf-8")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    except OSError:
+        os.ftruncate(fd, size)  # no torn row: the next row would otherwise be glued to it
+        raise
 
 
 def _parse_header_line(line: str) -> list[str]:
@@ -111,49 +144,51 @@ def _ends_with_newline(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
-def _rewrite_with_header(path: Path, header: list[str]) -> None:
-    """Rewrite ``path`` with ``header``, keeping every existing row (padded), atomically."""
+def _rewrite_with_header(path: Path, header: list[str], rows: list[dict[str, str]]) -> None:
+    """Replace ``path`` by a copy with ``header``, every existing row (padded) and ``rows``.
+
+    The copy is locked before it takes the file's place, so a writer waiting for the old file
+    finds the new one locked until the new rows are in.
+    """
     old = read_rows(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(header)
-        for row in old:
+        for row in old + rows:
             writer.writerow([row.get(name, "") for name in header])
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
+        os.replace(tmp, path)
 
 
 def append_rows(path: Path, rows: Iterable[dict[str, str]]) -> Path:
     """Append plain rows (column → cell) to ``path``, creating it with the standard header."""
     path = Path(path)
     rows = list(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path):
-        header = read_header(path)
+    with locked(path) as handle:
+        handle.seek(0)
+        first = handle.readline()
+        header = _parse_header_line(first) if first.strip() else []
+        text = ""
         if not header:
             header = list(ALL_COLUMNS)
             for row in rows:
                 header.extend(k for k in row if k not in header)
-            with open(path, "w", newline="", encoding="utf-8") as handle:
-                handle.write(_csv_line(header))
+            text = _csv_line(header)
         else:
             new_columns = []
             for row in rows:
                 new_columns.extend(k for k, v in row.items() if v != "" and k not in header and k not in new_columns)
             if new_columns:
-                header = header + new_columns
-                _rewrite_with_header(path, header)
-        if not rows:
-            return path
-        text = "".join(_csv_line([row.get(name, "") for name in header]) for row in rows)
-        if not _ends_with_newline(path):
+                _rewrite_with_header(path, header + new_columns, rows)
+                return path
+        text += "".join(_csv_line([row.get(name, "") for name in header]) for row in rows)
+        if text and first.strip() and not _ends_with_newline(path):
             text = "\n" + text
-        with open(path, "a", newline="", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        if text:
+            _append_whole(handle, text)
     return path
 
 
@@ -162,6 +197,32 @@ def append_records(path: Path, records: Iterable[PerfRecord]) -> Path:
     return append_rows(path, (record.to_row() for record in records))
 
 
-def ensure_perf_csv(path: Path) -> Path:
-    """Create ``path`` with the standard header when it does not exist yet."""
-    return append_rows(path, [])
+def check_writable(perf_csv: Path, runs_dir: Path) -> None:
+    """Before anything runs: perf.csv and the runs folder can take results (else exit 2)."""
+    perf_csv, runs_dir = Path(perf_csv), Path(runs_dir)
+    if perf_csv.is_dir():
+        raise InputError("is a folder, not a perf.csv file", path=str(perf_csv), hint="name a file with -o/--output")
+    for folder, what in ((perf_csv.parent, str(perf_csv)), (runs_dir, str(runs_dir))):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".madengine-probe-") as probe:
+                probe.write(b"x" * 4096)  # a full disk refuses data, not always an empty file
+                probe.flush()
+                os.fsync(probe.fileno())
+        except OSError as exc:
+            raise InputError(f"cannot write results here ({exc.strerror or exc})", path=what,
+                             hint="free space, fix permissions, or choose another -o/--output and --runs-dir") from None
+    if perf_csv.exists() and not os.access(perf_csv, os.W_OK):
+        raise InputError("perf.csv is not writable", path=str(perf_csv), hint="fix its permissions or choose -o")
+
+
+def keep_unrecorded(run_dir: Path, record: PerfRecord) -> Path | None:
+    """A row perf.csv could not take, as JSON in the run folder (for ``report update-perf``)."""
+    folder = Path(run_dir) / "unrecorded"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{len(list(folder.glob('*.json'))):03d}-{record.model.replace('/', '_')}.json"
+        path.write_text(json.dumps(record.to_row(), indent=1) + "\n", encoding="utf-8")
+        return path
+    except OSError:
+        return None

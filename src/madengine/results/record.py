@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from madengine.core.redact import redact
-from madengine.results.columns import ALL_COLUMNS, PERF_COLUMNS, Status
+from madengine.results.columns import ALL_COLUMNS, Status
+from madengine.results.identity import tag_configs_text
 
 
 def _cell(value: Any) -> str:
@@ -67,6 +68,19 @@ class PerfRecord:
     madengine_version: str = ""
     command_line: str = ""
     artifacts: list[str] | str = ""
+    tag_configs: str = ""
+    backend: str = ""
+    trace_id: str = ""
+    perf_n: int | str = ""
+    perf_mean: float | str | None = None
+    perf_stddev: float | str | None = None
+    perf_cv: float | str | None = None
+    perf_min: float | str | None = None
+    perf_max: float | str | None = None
+    perf_ci95_low: float | str | None = None
+    perf_ci95_high: float | str | None = None
+    perf_samples: str = ""  # JSON text (madengine.results.samples.samples_text)
+    warmup_runs: int | str = ""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -115,5 +129,65 @@ class PerfRecord:
         return clone
 
 
-def standard_header() -> list[str]:
-    return list(PERF_COLUMNS)
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """What every row of one invocation shares: which run, where, how it was started."""
+
+    run_id: str
+    executor: str
+    command_line: str = ""
+    gpu_vendor: str = ""
+    gpu_architecture: str = ""
+    context: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    machine_name: str = ""
+    build_number: str = "0"
+    pipeline: str = ""
+    madengine_version: str = ""
+    trace_id: str = ""
+
+    @classmethod
+    def of(cls, *, run_id: str, executor: str, command_line: str, environ: Mapping[str, str],
+           context: Mapping[str, Any], machine_name: str = "", trace_id: str = "") -> "Provenance":
+        """The provenance of an invocation: the CI build number and pipeline come from the
+        environment (``BUILD_NUMBER``, ``pipeline``), as the original madengine recorded them."""
+        from madengine import __version__
+
+        return cls(run_id=run_id, executor=executor, command_line=command_line,
+                   gpu_vendor=str(context.get("gpu_vendor", "")),
+                   gpu_architecture=str(context.get("gpu_architecture", "")), context=dict(context),
+                   machine_name=machine_name, build_number=environ.get("BUILD_NUMBER", "0"),
+                   pipeline=environ.get("pipeline", ""), madengine_version=__version__, trace_id=trace_id)
+
+
+class RecordFactory:
+    """The one place result records are made: by ``run``, ``bench``, parallel slots and Slurm
+    collection alike, so every row carries the same provenance columns."""
+
+    def __init__(self, provenance: Provenance, clock: Callable[[], str]) -> None:
+        self.provenance = provenance
+        self.clock = clock
+
+    def new(self, model: str, status: str, **values: Any) -> PerfRecord:
+        """A record of ``model`` with the invocation's provenance; ``values`` set any field."""
+        p = self.provenance
+        record = PerfRecord(
+            model=model, status=status, pipeline=p.pipeline, machine_name=p.machine_name,
+            gpu_architecture=p.gpu_architecture, build_number=p.build_number, run_id=p.run_id,
+            executor=p.executor, started_at=self.clock(), gpu_vendor=p.gpu_vendor, context=dict(p.context),
+            madengine_version=p.madengine_version, command_line=p.command_line, trace_id=p.trace_id)
+        for key, value in values.items():
+            setattr(record, key, dict(value) if key == "extra" else value)
+        if record.reason:
+            record.reason = redact(record.reason)
+        return record
+
+    def for_model(self, model: Any, status: str, **values: Any) -> PerfRecord:
+        """A record of a catalog model: its own columns (n_gpus, args, tags, ...) filled in."""
+        columns = {"n_gpus": model.n_gpus, "training_precision": model.training_precision, "args": model.run_args,
+                   "tags": ",".join(model.tags), "tag_configs": tag_configs_text(model.tag_configs),
+                   "additional_docker_run_options": model.additional_docker_run_options}
+        columns.update(values)
+        return self.new(model.name, status, **columns)
+
+    def failure(self, model: Any, reason: str, **values: Any) -> PerfRecord:
+        return self.for_model(model, Status.FAILURE, reason=reason, **values)

@@ -29,7 +29,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'madengine.tools' has no attribute '{name}'")
 
 
-def validate_tools(context: Any, options: Any, root: Path) -> None:
+def validate_tools(context: Any, tools_json: str | None, root: Path) -> None:
     """Load tools.json and check the context's tool entries (raises ConfigError/ContextError).
 
     For a run to refuse bad input (exit 2) before building anything; :func:`apply_tools` checks
@@ -38,7 +38,7 @@ def validate_tools(context: Any, options: Any, root: Path) -> None:
     from madengine.tools.config import select_tools
 
     values = context if isinstance(context, dict) else context.values
-    select_tools(values, getattr(options, "tools_json_file_name", None), root)
+    select_tools(values, tools_json, root)
 
 
 __all__ = ["BUNDLED_TOOLS_JSON", "TOOLS_DIR", "ScriptRef", "ToolDef", "ToolSelection", "apply_tools",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from madengine.core.errors import ConfigError, ContextError
-from madengine.execution.plan import RunSpec, Step
+from madengine.core.spec import RunSpec, Step
 from madengine.tools.config import BUNDLED_SCRIPTS, ScriptRef, ToolSelection, select_tools
 
 #: the work-folder subfolder tool files are copied into
@@ -30,14 +30,14 @@ TOOLS_DIR = "madengine_tools"
 SAMPLER_GRACE_SECONDS = 300
 
 
-def apply_tools(spec: RunSpec, context: Any, options: Any, root: Path) -> None:
+def apply_tools(spec: RunSpec, context: Any, tools_json: str | None, root: Path) -> None:
     """Add the context's tools and pre/post scripts to ``spec`` (steps, env, outputs, finalizers).
 
     Raises ConfigError/ContextError for a malformed tools.json, an unknown tool or a script
     that does not exist; the runner turns those into a FAILURE row.
     """
     values = context if isinstance(context, dict) else context.values
-    selection = select_tools(values, getattr(options, "tools_json_file_name", None), Path(root))
+    selection = select_tools(values, tools_json, Path(root))
     if not selection:
         return
     model_step = next((step for step in spec.steps if step.is_model), None)

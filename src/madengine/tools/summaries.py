@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
-from madengine.execution.plan import RunSpec
+from madengine.core.spec import RunSpec
 from madengine.tools.config import BUNDLED_SCRIPTS
 
 CPU_MONITOR_CSV = "cpu_monitor.csv"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import platform
@@ -24,7 +25,7 @@ from typing import Any, Callable
 
 from . import inputs as model_inputs
 from . import profiling
-from .errors import HarnessError, HarnessInputError
+from .errors import HarnessError, HarnessInputError, ProviderNotInitialised
 from .stats import stability_warnings, summarize
 
 DEFAULT_WARMUP = 10
@@ -59,6 +60,10 @@ FALLBACKS = {
 GPU_VENDORS = {"CUDAExecutionProvider": "NVIDIA", "TensorrtExecutionProvider": "NVIDIA",
                "ROCMExecutionProvider": "AMD", "MIGraphXExecutionProvider": "AMD"}
 
+#: graph optimisation levels by name → the ``onnxruntime.GraphOptimizationLevel`` member
+OPTIMIZATION_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                       "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
 METRICS = {"throughput": ("samples_per_second", "samples_per_second"), "p50": ("p50_ms", "p50_latency_ms")}
 
 
@@ -81,6 +86,7 @@ class BenchOptions:
     preoptimized: bool = False  # the file is an ORT-optimized copy: load it without re-optimizing
     optimized_output: str | None = None  # write the ORT-optimized model here while creating the session
     provider_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    optimization: str = "all"  # graph optimisation level (OPTIMIZATION_LEVELS); ignored when preoptimized
 
     def mode(self) -> str:
         return "iterations" if self.iterations is not None else "min_time"
@@ -151,8 +157,8 @@ def session_options(ort: Any, options: BenchOptions, *, profile_prefix: str | No
                     optimized_output: str | None = None) -> Any:
     so = ort.SessionOptions()
     so.log_severity_level = 3  # errors only: ORT's warnings would interleave with the results
-    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if options.preoptimized
-                                   else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    level = "disabled" if options.preoptimized else options.optimization
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[level])
     so.intra_op_num_threads = options.threads or 0
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -186,7 +192,7 @@ def open_session(model_path: str, options: BenchOptions, *, profile_prefix: str 
     created_ms = (time.perf_counter_ns() - started) / 1e6
     used = session.get_providers()
     if not used or used[0] != full_name:
-        raise HarnessError(f"{full_name} is offered by this onnxruntime but did not initialise "
+        raise ProviderNotInitialised(f"{full_name} is offered by this onnxruntime but did not initialise "
                            f"(the session would run on {', '.join(used) or 'nothing'})",
                            hint="check the CUDA/cuDNN/TensorRT libraries this onnxruntime build needs")
     return session, created_ms
@@ -205,14 +211,19 @@ def _preload_cuda_libraries(ort: Any) -> None:
         pass
 
 
-def measure(run: Callable[[Any, Any], Any], feeds: Any, *, warmup: int, iterations: int | None = None,
+def measure(run_once: Callable[[], Any], *, warmup: int, iterations: int | None = None,
             min_time: float | None = None, min_iterations: int = DEFAULT_MIN_ITERATIONS) -> Timing:
-    """Warm-up runs, then timed runs of ``run(None, feeds)`` (``session.run``); see the module doc."""
+    """Warm-up runs, then timed runs of ``run_once()`` (see the module doc).
+
+    ``run_once`` is one inference with its inputs already bound, e.g.
+    ``functools.partial(session.run, None, feeds)``; any backend's own call works the same way, so
+    every backend is timed by this one loop.
+    """
     clock = time.perf_counter_ns
     first_ns = None
     for index in range(warmup):
         started = clock()
-        run(None, feeds)
+        run_once()
         if index == 0:
             first_ns = clock() - started
     wall_started = clock()
@@ -220,7 +231,7 @@ def measure(run: Callable[[Any, Any], Any], feeds: Any, *, warmup: int, iteratio
         samples = [0] * iterations
         for index in range(iterations):
             started = clock()
-            run(None, feeds)
+            run_once()
             samples[index] = clock() - started
     else:
         deadline = wall_started + int((DEFAULT_MIN_TIME if min_time is None else min_time) * 1e9)
@@ -228,7 +239,7 @@ def measure(run: Callable[[Any, Any], Any], feeds: Any, *, warmup: int, iteratio
         append = samples.append
         while True:
             started = clock()
-            run(None, feeds)
+            run_once()
             ended = clock()
             append(ended - started)
             if ended >= deadline and len(samples) >= min_iterations:
@@ -277,8 +288,9 @@ def benchmark(model_path: str, options: BenchOptions) -> dict[str, Any]:
     batch_size = model_inputs.batch_size_of(signature, resolved, options.batch_size)
     feeds = model_inputs.generate(signature, resolved, options.seed)
     try:
-        timing = measure(session.run, feeds, warmup=options.warmup, iterations=options.iterations,
-                         min_time=options.effective_min_time(), min_iterations=options.min_iterations)
+        timing = measure(functools.partial(session.run, None, feeds), warmup=options.warmup,
+                         iterations=options.iterations, min_time=options.effective_min_time(),
+                         min_iterations=options.min_iterations)
     except Exception as exc:
         raise HarnessError(f"session.run failed: {_one_line(exc)}") from None
     summary = summarize(timing.latencies_ms, batch_size)

@@ -19,3 +19,7 @@ class HarnessError(Exception):
 
 class HarnessInputError(HarnessError):
     """Bad input for a benchmark: a shape, an axis, a provider, a file, an option."""
+
+
+class ProviderNotInitialised(HarnessError):
+    """The asked execution provider is offered but did not initialise (ORT would run elsewhere)."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from madengine.cli.env import CliReporter, Environment
@@ -63,6 +61,17 @@ def _providers(text: str) -> list[str]:
     return names
 
 
+def add_timing_arguments(parser: argparse.ArgumentParser, *, threads_help: str) -> None:
+    """--warmup, --iterations | --min-time, --threads, --seed: the harness's timing (bench and scorecard)."""
+    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
+    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
+                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
+    parser.add_argument("--threads", type=_count(1), metavar="N", help=threads_help)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+
+
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmark ONNX models on ONNX Runtime, record them in perf.csv",
                                    description=DESCRIPTION, epilog=EXAMPLES,
@@ -81,14 +90,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="whole shape of one input (command-line models)")
     parser.add_argument("--axes", type=_assignment, action="append", default=[], metavar="NAME=N",
                         help="size of one named dynamic axis (command-line models)")
-    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
-    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
-                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
-    parser.add_argument("--threads", type=_count(1), metavar="N",
-                        help="intra-op threads (default: onnxruntime's, one per physical core)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    add_timing_arguments(parser, threads_help="intra-op threads (default: onnxruntime's, one per physical core)")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
@@ -110,7 +112,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
         profile=args.profile, metric=args.metric, output=Path(args.output), runs_dir=Path(args.runs_dir),
-        use_cache=not args.no_cache, command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]),
+        use_cache=not args.no_cache, command_line=env.host().command_line,
         environ=dict(env.environ))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
-from madengine.cli.commands.run import add_context_arguments
+from madengine.cli.commands.run import add_context_arguments, add_image_arguments
 from madengine.cli.env import Environment
 from madengine.core.errors import CredentialError, ExitStatus, InputError
 
@@ -32,8 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="read the registry password from the first line of stdin")
     parser.add_argument("--image-archive", default=None, metavar="DIR",
                         help="save each image as a 'docker save' archive in DIR (a folder the run hosts share)")
-    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
-    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+    add_image_arguments(parser)
     add_context_arguments(parser)
     parser.add_argument("--live-output", "-l", action="store_true", help="stream build output to stderr")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
@@ -42,12 +39,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=handle)
 
 
-def _password(args: argparse.Namespace) -> str | None:
+def _password(args: argparse.Namespace, env: Environment) -> str | None:
     if not args.password_stdin:
         return None
     if not args.registry:
         raise InputError("--password-stdin needs --registry", path="--password-stdin")
-    line = sys.stdin.readline().rstrip("\r\n")
+    line = env.stdin.readline().rstrip("\r\n")
     if not line:
         raise CredentialError("no password on stdin", path="--password-stdin")
     return line
@@ -56,19 +53,18 @@ def _password(args: argparse.Namespace) -> str | None:
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.cli.env import CliReporter
     from madengine.cli.render import table
-    from madengine.distributed import transport
-    from madengine.distributed.manifest import build_models
-    from madengine.execution import RunOptions
+    from madengine.distributed import TransportOptions
+    from madengine.execution import BuildOptions
+    from madengine.pipeline import BuildRequest, build
 
-    if not args.tags:
-        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
-    auth = transport.registry_auth(env.environ, _password(args)) if args.registry else None
-    options = RunOptions(
-        tags=args.tags, live_output=args.live_output, clean_docker_cache=args.clean_docker_cache, pull=args.pull,
-        context_file=args.additional_context_file, context_string=args.additional_context, executor="docker",
-        runs_dir=Path(args.runs_dir), registry=args.registry, image_archive=args.image_archive,
-        command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]))
-    manifest = build_models(options, CliReporter(env), manifest_path=args.manifest_file, auth=auth)
+    request = BuildRequest(
+        tags=tuple(args.tags), context_file=args.additional_context_file, context_string=args.additional_context,
+        runs_dir=Path(args.runs_dir), manifest_file=args.manifest_file,
+        build=BuildOptions(no_cache=args.clean_docker_cache, pull=args.pull, rebuild=args.rebuild,
+                           live_output=args.live_output),
+        transport=TransportOptions(registry=args.registry, image_archive=args.image_archive,
+                                   password=_password(args, env)))
+    manifest = build(request, env.host(), CliReporter(env))
     rows = [(i.model, i.image, "built", i.image_id[7:19], i.registry_image or i.archive or "") for i in manifest.images]
     rows += [(f.model, f.image, "FAILED", "", f.reason) for f in manifest.failed]
     print(table(("model", "image", "status", "image id", "registry image / archive / reason"), rows, max_width=80),

@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-from madengine.cli.commands import report_collect
+from madengine.cli.commands import report_collect, report_trace_diff
 from madengine.cli.env import Environment
 from madengine.core.errors import CredentialError, ExitStatus, InputError
 
@@ -16,15 +16,19 @@ SMTP_ENV = ("MADENGINE_SMTP_HOST", "MADENGINE_SMTP_PORT", "MADENGINE_SMTP_TO", "
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="reports on perf.csv: update-perf, to-html, to-email, compare",
+    parser = subparsers.add_parser("report", help="reports on perf.csv: update-perf, to-html, to-email, compare, "
+                                                  "regressions",
                                    description="Append results to perf.csv and turn perf.csv files into reports.")
     parser.set_defaults(handler=functools.partial(_usage, parser))
-    commands = parser.add_subparsers(dest="report_command", metavar="{update-perf,to-html,to-email,compare,collect}")
+    commands = parser.add_subparsers(dest="report_command",
+                                     metavar="{update-perf,to-html,to-email,compare,regressions,collect,trace-diff}")
     _add_update_perf(commands)
     _add_to_html(commands)
     _add_to_email(commands)
     _add_compare(commands)
+    _add_regressions(commands)
     report_collect.add_subparser(commands)
+    report_trace_diff.add_subparser(commands)
 
 
 def _usage(parser: argparse.ArgumentParser, args: argparse.Namespace, env: Environment) -> ExitStatus:
@@ -185,6 +189,8 @@ def handle_to_email(args: argparse.Namespace, env: Environment) -> ExitStatus:
 
 # --- compare -----------------------------------------------------------------------------------
 
+DEFAULT_THRESHOLD_PERCENT = 3.0  # madengine.stats.compare.DEFAULT_MIN_EFFECT in percent (not imported: --help stays light)
+
 def _threshold(text: str) -> float:
     from madengine.core.values import seconds  # a finite non-negative number, like a duration
 
@@ -195,55 +201,133 @@ def _threshold(text: str) -> float:
 
 
 def _add_compare(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("compare", help="compare two perf.csv files or two runs per model",
-                                 description="Per model (and metric): the mean of the SUCCESS rows on each side, the "
-                                             "ratio new/old and a verdict: faster, slower, unchanged, new, missing. "
-                                             "Metrics where lower is better (times, latencies) count in reverse.")
-    parser.add_argument("files", nargs="*", metavar="CSV", help="OLD and NEW perf.csv")
+    parser = commands.add_parser(
+        "compare", help="compare two perf.csv files, folders of repeated runs, or two runs per result",
+        description="Per result identity (model, metric, tag configs, executor, GPU, n_gpus, backend): every "
+                    "sample on each side, a Mann-Whitney U test (alpha 0.05) and the ratio new/old with a 95%% CI. "
+                    "Verdicts: faster, slower, unchanged, inconclusive (fewer than 3 samples on a side, or too noisy "
+                    "to tell), new, missing. Metrics where lower is better (times, latencies) count in reverse. "
+                    "See docs/statistics.md.")
+    parser.add_argument("files", nargs="*", metavar="OLD NEW",
+                        help="two perf.csv files, or two folders of repeated runs (their perf.csv and samples.json)")
     parser.add_argument("--old-run", default=None, metavar="ID", help="run id of the old results in the database")
     parser.add_argument("--new-run", default=None, metavar="ID", help="run id of the new results in the database")
     parser.add_argument("--db-url", default=None, metavar="URL",
                         help="results database (default: MADENGINE_DB_URL, else the embedded SQLite file)")
-    parser.add_argument("--threshold", type=_threshold, default=5.0, metavar="PERCENT",
-                        help="change that counts as faster/slower, in percent (default 5)")
+    parser.add_argument("--threshold", type=_threshold, default=DEFAULT_THRESHOLD_PERCENT, metavar="PERCENT",
+                        help="minimum effect size: a significant change smaller than this is not called faster or "
+                             f"slower, and a CI inside 1 +/- this is unchanged (default {DEFAULT_THRESHOLD_PERCENT:g})")
+    parser.add_argument("--across-environments", action="store_true",
+                        help="also compare a result with its one counterpart that ran in another environment "
+                             "(executor, GPU, n_gpus or backend differ); prints a warning for each")
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
-    parser.add_argument("--fail-on-regression", action="store_true", help="exit 1 when any model is slower")
+    parser.add_argument("--fail-on-regression", action="store_true",
+                        help="exit 1 when any result is significantly slower")
     parser.set_defaults(handler=handle_compare)
 
 
 def handle_compare(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from madengine.reports.compare import compare_csv, compare_runs, counts
+    from madengine.reports.compare import compare_paths, compare_runs
+    from madengine.stats.compare import ALPHA
 
     threshold = args.threshold / 100
     by_runs = args.old_run is not None or args.new_run is not None
     if by_runs and (args.files or not (args.old_run and args.new_run)):
-        raise InputError("give either two perf.csv files or both --old-run and --new-run", path="compare")
+        raise InputError("give either two perf.csv files or folders, or both --old-run and --new-run", path="compare")
     if by_runs:
         old, new = args.old_run, args.new_run
-        results = compare_runs(args.db_url, old, new, threshold, environ=env.environ)
+        result = compare_runs(args.db_url, old, new, threshold, environ=env.environ,
+                              across_environments=args.across_environments)
     elif len(args.files) == 2:
         old, new = args.files
-        results = compare_csv(Path(old), Path(new), threshold)
+        result = compare_paths(Path(old), Path(new), threshold, across_environments=args.across_environments)
     else:
-        raise InputError(f"expected two perf.csv files (OLD NEW), got {len(args.files)}", path="compare",
+        raise InputError(f"expected two perf.csv files or folders (OLD NEW), got {len(args.files)}", path="compare",
                          hint="or use --old-run ID --new-run ID")
-    tally = counts(results)
+    tally = result.counts()
+    for warning in result.warnings:
+        env.message(f"madengine: warning: {warning}")
     if args.json:
-        env.data(json.dumps({"old": old, "new": new, "threshold_percent": args.threshold, "counts": tally,
-                             "models": [r.to_json() for r in results]}, indent=1))
+        env.data(json.dumps({"old": old, "new": new, "threshold_percent": args.threshold, "alpha": ALPHA,
+                             "counts": tally, "warnings": result.warnings,
+                             "models": [c.to_json() for c in result.comparisons]}, indent=1))
     else:
-        _print_comparison(env, results)
+        _print_comparison(env, result.comparisons)
     env.message("madengine: " + ", ".join(f"{n} {verdict}" for verdict, n in tally.items()))
-    if args.fail_on_regression and tally["slower"]:
+    if args.fail_on_regression and result.regressed:
         return ExitStatus.FAILED
     return ExitStatus.OK
 
 
 def _print_comparison(env: Environment, results) -> None:
     from madengine.cli.render import table
-    from madengine.reports.metrics import format_number
+    from madengine.reports.metrics import format_change, format_number, format_ratio
 
-    rows = [(r.model, r.metric, "lower" if r.lower_is_better else "higher", format_number(r.old_mean),
-             format_number(r.new_mean), "" if r.ratio is None else f"{r.ratio:.3f}",
-             "" if r.change is None else f"{r.change * 100:+.1f}%", r.verdict) for r in results]
-    env.data(table(("model", "metric", "better", "old", "new", "ratio", "change", "verdict"), rows))
+    def interval(c) -> str:
+        if c.ci_low is None or c.ci_high is None:
+            return ""
+        return f"{format_ratio(c.ci_low)}..{format_ratio(c.ci_high)}"
+
+    rows = [(c.identity.label(), c.metric, "lower" if c.lower_is_better else "higher", format_number(c.old.median),
+             format_number(c.new.median), f"{len(c.old.samples)}/{len(c.new.samples)}", format_ratio(c.ratio),
+             interval(c), "" if c.change is None else format_change(c.change), c.verdict) for c in results]
+    env.data(table(("result", "metric", "better", "old", "new", "n", "ratio", "95% CI", "change", "verdict"), rows))
+
+
+
+# --- regressions -------------------------------------------------------------------------------
+
+def _add_regressions(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "regressions", help="change points in the history of every result (database or perf.csv)",
+        description="Per result identity, in time order, E-divisive means change-point detection (as Apache "
+                    "Otava/hunter) over the runs of the results database (default) or of a perf.csv. Each change: "
+                    "its size, confidence, and the runs either side. See docs/statistics.md.")
+    parser.add_argument("perf_csv", nargs="?", default=None, metavar="CSV",
+                        help="a perf.csv holding many runs (default: the results database)")
+    parser.add_argument("--db-url", default=None, metavar="URL",
+                        help="results database (default: MADENGINE_DB_URL, TUNA_DB_*, else the embedded SQLite file)")
+    parser.add_argument("--table", default=None, metavar="NAME", help="results table (default dlm_table)")
+    parser.add_argument("--model", action="append", default=[], metavar="NAME",
+                        help="only this model (repeat for several)")
+    parser.add_argument("--json", action="store_true", help="print the changes as JSON on stdout")
+    parser.add_argument("--fail-on-regression", action="store_true",
+                        help="exit 1 when a result's latest change is a regression (still in effect)")
+    parser.set_defaults(handler=handle_regressions)
+
+
+def handle_regressions(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.reports.regressions import regressions_in_csv, regressions_in_database
+
+    if args.perf_csv and (args.db_url or args.table):
+        raise InputError("give a perf.csv or --db-url/--table, not both", path="regressions")
+    if args.perf_csv:
+        report = regressions_in_csv(Path(args.perf_csv), args.model)
+    else:
+        report = regressions_in_database(args.db_url, env.environ, args.table, args.model)
+    if args.json:
+        env.data(json.dumps({"source": report.source, "series": report.series, "too_short": report.too_short,
+                             "counts": report.counts(), "changes": [c.to_json() for c in report.changes]}, indent=1))
+    elif report.changes:
+        _print_changes(env, report.changes)
+    tally = report.counts()
+    env.message(f"madengine: {report.series} result(s) with enough runs, {report.too_short} with fewer than 6; "
+                f"{tally['regression']} regression(s), {tally['improvement']} improvement(s)")
+    for change in report.current_regressions:
+        env.message(f"madengine: {change.identity.label()} regressed at run {change.after_run.run}; "
+                    f"where to look next: {change.trace_diff()}")
+    if args.fail_on_regression and report.current_regressions:
+        return ExitStatus.FAILED
+    return ExitStatus.OK
+
+
+def _print_changes(env: Environment, changes) -> None:
+    from madengine.cli.render import table
+    from madengine.reports.metrics import format_change, format_number
+
+    rows = [(c.identity.label(), c.identity.metric, c.kind,
+             format_change(c.point.size), f"{c.point.confidence:.4f}",
+             f"{c.before_run.run} {c.before_run.started_at}".strip(), f"{c.after_run.run} {c.after_run.started_at}".strip(),
+             f"{format_number(c.point.before.mean)} -> {format_number(c.point.after.mean)}") for c in changes]
+    env.data(table(("result", "metric", "change", "size", "confidence", "last run before", "first run after",
+                    "mean before -> after"), rows))

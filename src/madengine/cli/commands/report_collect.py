@@ -39,13 +39,13 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.cli.env import CliReporter
     from madengine.distributed.slurm import collect_by_job_id
 
-    summary = collect_by_job_id(args.job, results_dir=args.results_dir, output=args.output,
+    summary = collect_by_job_id(args.job, env.host(), results_dir=args.results_dir, output=args.output,
                                 reporter=CliReporter(env), live_output=args.live_output, force=args.force,
                                 poll_interval=args.poll_interval)
     print_summary(env, summary.records)
     if args.json:
         env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    counts = summary.to_json()["counts"]
+    counts = summary.counts()
     env.message(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
                 f"rows merged into {summary.perf_csv}; job folder {summary.run_dir}")
     return exit_status(summary)

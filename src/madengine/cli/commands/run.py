@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
@@ -38,13 +37,32 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
                         help="context overrides from a JSON file (applied before --additional-context)")
 
 
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--trace", default=None, metavar="FILE",
+                       help="write the run's trace (Chrome trace-event JSON, opens in ui.perfetto.dev) to FILE "
+                            "instead of <runs dir>/<run id>/trace.json")
+    group.add_argument("--no-trace", action="store_true", help="record no trace (the trace_id column stays empty)")
+
+
+def add_image_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="build images even when an image of the same build inputs exists (skipped by default)")
+    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_tags_argument(parser)
+    parser.add_argument("--repeat", type=_positive, default=None, metavar="N",
+                        help="run each model's script N times in the same container (default: the model's 'repeat', "
+                             "else 1); performance is the median, with n, mean, stddev, CV, min, max and a 95%% CI")
+    parser.add_argument("--warmup-runs", type=_count, default=0, metavar="K",
+                        help="run each model's script K times first and discard those runs (default 0)")
     parser.add_argument("--timeout", type=_timeout, default=-1, metavar="SECONDS",
                         help="limit for each model script: -1 = the model's 'timeout' or 7200 s (default), 0 = never")
     parser.add_argument("--live-output", "-l", action="store_true", help="stream model and build output to stderr")
-    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
-    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+    add_image_arguments(parser)
     add_context_arguments(parser)
     parser.add_argument("--generate-sys-env-details", nargs="?", const=True, default=False, type=_bool,
                         metavar="BOOL", help="collect host and container environment details into the run's artifacts")
@@ -62,6 +80,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tools config (default: tools.json of the model repository)")
     parser.add_argument("--force-mirror-local", default=None, metavar="DIR",
                         help="mirror every non-local data provider's data into DIR and reuse it")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -99,48 +127,109 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_run_arguments(parser)
     add_distributed_arguments(parser)
     parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
+    add_trace_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
     parser.set_defaults(handler=handle)
 
 
-def options_from_args(args: argparse.Namespace, argv_text: str):
+#: flags that mean something only with another flag: (flag, its argparse dest, when it applies)
+_SLURM_ONLY = (("--partition", "partition"), ("--nodes", "nodes"), ("--gpus-per-node", "gpus_per_node"),
+               ("--time", "time"), ("--slurm-args", "slurm_args"), ("--no-wait", "no_wait"), ("--dry-run", "dry_run"))
+_MANIFEST_ONLY = (("--registry", "registry"), ("--image-archive", "image_archive"))
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest)
+    return value is not None and value is not False
+
+
+def check_flags_apply(args: argparse.Namespace) -> None:
+    """A flag that does nothing for the chosen executor or mode is an error, never ignored."""
+    if args.executor != "slurm":
+        for flag, dest in _SLURM_ONLY:
+            if _given(args, dest):
+                raise InputError(f"{flag} applies only with --executor slurm", path=flag)
+    elif args.parallel > 1:
+        raise InputError("--parallel applies to docker and local runs; Slurm runs every task at once", path="--parallel")
+    if not args.manifest_file:
+        for flag, dest in _MANIFEST_ONLY:
+            if _given(args, dest):
+                raise InputError(f"{flag} applies only with --manifest-file (images of a build manifest)", path=flag)
+
+
+def run_options(args: argparse.Namespace):
     from madengine.execution import RunOptions
 
     return RunOptions(
-        tags=args.tags, timeout=None if args.timeout == -1 else args.timeout, live_output=args.live_output,
-        clean_docker_cache=args.clean_docker_cache, pull=args.pull, context_file=args.additional_context_file,
-        context_string=args.additional_context, generate_sys_env_details=args.generate_sys_env_details,
-        keep_alive=args.keep_alive, keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
+        tags=tuple(args.tags), timeout=None if args.timeout == -1 else args.timeout, live_output=args.live_output,
+        context_file=args.additional_context_file, context_string=args.additional_context,
+        generate_sys_env_details=args.generate_sys_env_details, keep_alive=args.keep_alive,
+        keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
-        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), command_line=argv_text,
-        manifest_file=getattr(args, "manifest_file", None), registry=getattr(args, "registry", None),
-        image_archive=getattr(args, "image_archive", None), parallel=getattr(args, "parallel", 1),
-        slurm={k: v for k, v in (("partition", getattr(args, "partition", None)),
-                                 ("nodes", getattr(args, "nodes", None)),
-                                 ("gpus_per_node", getattr(args, "gpus_per_node", None)),
-                                 ("time", getattr(args, "time", None)),
-                                 ("slurm_args", getattr(args, "slurm_args", None))) if v is not None},
-        no_wait=getattr(args, "no_wait", False), dry_run=getattr(args, "dry_run", False),
-    )
+        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
+        warmup_runs=args.warmup_runs, trace=not args.no_trace,
+        trace_file=Path(args.trace) if args.trace else None)
+
+
+def run_request(args: argparse.Namespace):
+    """The typed request of ``madengine run`` (flags checked first)."""
+    from madengine.distributed import ParallelOptions, SlurmOptions, TransportOptions
+    from madengine.execution import BuildOptions
+    from madengine.pipeline import RunRequest
+
+    check_flags_apply(args)
+    return RunRequest(
+        run=run_options(args),
+        build=BuildOptions(no_cache=args.clean_docker_cache, pull=args.pull, rebuild=args.rebuild,
+                           live_output=args.live_output),
+        transport=TransportOptions(manifest_file=args.manifest_file, registry=args.registry,
+                                   image_archive=args.image_archive),
+        parallel=ParallelOptions(workers=args.parallel),
+        slurm=SlurmOptions(partition=args.partition, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                           time=args.time, slurm_args=args.slurm_args, no_wait=args.no_wait, dry_run=args.dry_run))
 
 
 def print_summary(env: Environment, records) -> None:
-    from madengine.cli.render import table
+    """The results table (reasons wrapped, never cut), then where each failed model's log is."""
+    from madengine.cli.progress import colour_enabled
+    from madengine.cli.render import status_painter, table
 
     rows = []
     for r in records:
         perf = f"{r.performance:g}" if isinstance(r.performance, float) else (r.performance or "")
+        if str(r.perf_n) not in ("", "1") and r.perf_cv not in ("", None):
+            perf += f" (n={r.perf_n}, cv {float(r.perf_cv):.1%})"
         duration = f"{r.test_duration:.2f}" if isinstance(r.test_duration, float) else ""
-        rows.append((r.model, r.docker_image or r.executor, r.status, perf, r.metric, duration, r.reason))
-    print(table(("model", "image", "status", "performance", "metric", "test_s", "reason"), rows, max_width=70),
-          file=env.stderr, flush=True)
+        label = r.model + (f" [{r.tag_configs}]" if getattr(r, "tag_configs", "") else "")
+        rows.append((label, r.docker_image or r.executor, r.status, perf, r.metric, duration, r.reason))
+    colour = _is_tty(env.stderr) and colour_enabled(env.environ, env.no_color)
+    print(table(("model", "image", "status", "performance", "metric", "test_s", "reason"), rows, max_width=70,
+                wrap=(6,), paint=status_painter(2) if colour else None), file=env.stderr, flush=True)
+    for r in records:
+        log = _run_log(r)
+        if r.status == "FAILURE" and log:
+            print(f"  {r.model}: log {log}", file=env.stderr, flush=True)
 
 
-def exit_status(summary) -> ExitStatus:
+def _run_log(record) -> str:
+    artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts or "").split(",")
+    return next((a for a in artifacts if a.endswith("run.log")), "")
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def exit_status(summary) -> int:
+    """130 after Ctrl-C (128 + N after signal N), 1 when any model failed or any row could not be
+    written to perf.csv, else 0."""
     if summary.interrupted:
-        return ExitStatus.INTERRUPTED
-    return ExitStatus.FAILED if summary.failed else ExitStatus.OK
+        return 128 + summary.signal if summary.signal else ExitStatus.INTERRUPTED
+    return ExitStatus.FAILED if summary.failed or summary.unrecorded else ExitStatus.OK
 
 
 def write_html(env: Environment, perf_csv: Path) -> None:
@@ -154,25 +243,26 @@ def write_html(env: Environment, perf_csv: Path) -> None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    if not args.tags and not getattr(args, "manifest_file", None):
-        raise InputError("no models selected", path="--tags", hint="e.g. --tags all, or see 'madengine discover'")
-    argv_text = shlex.join(["madengine", *args.argv])
-    options = options_from_args(args, argv_text)
-    if args.executor == "slurm":
-        from madengine.distributed.slurm import run_on_slurm
+    from madengine.pipeline import run
 
-        summary = run_on_slurm(options, args, CliReporter(env))
-    else:
-        from madengine.execution import run_models
-
-        summary = run_models(options, CliReporter(env))
+    reporter = CliReporter(env)
+    try:
+        summary = run(run_request(args), env.host(), reporter)
+    finally:
+        reporter.close()
     print_summary(env, summary.records)
     if summary.records and not args.no_html:
         write_html(env, summary.perf_csv)
     if args.json:
         env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    status = exit_status(summary)
-    counts = summary.to_json()["counts"]
-    env.message(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
-                f"rows in {summary.perf_csv}; logs in {summary.run_dir}")
-    return status
+    print_totals(env, summary)
+    return exit_status(summary)
+
+
+def print_totals(env: Environment, summary) -> None:
+    """The last line (shown with --quiet too): counts, where rows, logs and the trace went."""
+    counts = summary.counts()
+    trace = getattr(summary.trace, "path", None)
+    print(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
+          f"rows in {summary.perf_csv}; logs in {summary.run_dir}" + (f"; trace {trace}" if trace else ""),
+          file=env.stderr, flush=True)

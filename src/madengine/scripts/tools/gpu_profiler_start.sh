@@ -29,7 +29,20 @@ fi
 echo "gpu_profiler_start: sampling GPU $mode with $chosen every ${rate}s (devices: $devices) -> $(basename "$output")"
 max_args=()
 [ -n "${MAD_TOOLS_MAX_SECONDS:-}" ] && max_args=(--max-seconds "$MAD_TOOLS_MAX_SECONDS")
-# Detached from this step's output: the executor waits for the step's output to close.
-nohup python3 "$here/gpu_sampler.py" --backend "$chosen" --output "$output" --interval "$rate" \
+# A daemon in its own session, detached from this step's output: when a step's main process ends,
+# madengine kills what is left of the step's process group, and the sampler must outlive this step.
+if command -v setsid >/dev/null 2>&1; then
+  detach=(setsid)
+else  # no util-linux: python3 (which the sampler needs anyway) makes the new session before exec
+  detach=(python3 -c 'import os, sys; os.setsid(); os.execvp(sys.argv[1], sys.argv[1:])')
+fi
+"${detach[@]}" python3 "$here/gpu_sampler.py" --backend "$chosen" --output "$output" --interval "$rate" \
   --devices "$devices" --stop-file "$stop_file" ${max_args[@]+"${max_args[@]}"} </dev/null >>"$log" 2>&1 &
-echo $! > "$pid_file"
+pid=$!
+echo "$pid" > "$pid_file"
+# do not end the step before the sampler has left this step's session
+for _ in $(seq 1 50); do
+  session=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f4)
+  [ -z "$session" ] || [ "$session" = "$pid" ] && break
+  sleep 0.02
+done

@@ -1,0 +1,184 @@
+"""What every inference backend provides, and the one way a backend is measured.
+
+A :class:`Backend` turns an ONNX file into a :class:`Session` (``prepare``: compilation or session
+creation, timed on its own); a session runs one inference on named numpy inputs and returns named
+numpy outputs (``run``), and hands the timing loop a zero-argument call of the backend's own API with
+the inputs already converted (``bind``), so the loop times the backend and nothing of ours.
+:func:`measure_backend` is the method: prepare (timed), first inference (timed, its outputs kept for
+the correctness check), then :func:`madengine.bench.harness.engine.measure` and its statistics, the
+loop and figures ``madengine bench`` uses.
+
+Portable like the harness: standard library, numpy and the backend's own package only (imported
+inside methods), no other madengine import, so the same code runs inside a container.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..harness import engine
+from ..harness.errors import HarnessError
+from ..harness.stats import stability_warnings, summarize
+
+Shapes = Mapping[str, "tuple[int, ...]"]
+
+
+class BackendError(HarnessError):
+    """The backend failed on this model (load, compile or run): an ERROR cell."""
+
+
+class BackendUnsupported(BackendError):
+    """The backend cannot run this model here: an operator it lacks, a device or provider that is
+    absent or did not initialise, or the backend is not installed. An UNSUPPORTED cell, never a
+    silent run elsewhere. ``operator`` names the ONNX operator when one is to blame."""
+
+    def __init__(self, message: str, *, operator: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.operator = operator
+
+
+class Session:
+    """A prepared model on one backend (subclasses implement ``run`` and ``bind``)."""
+
+    #: the backend's own description of what it prepared (providers used, target, precision, ...)
+    details: dict[str, Any]
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        """One inference: input name → numpy array in, output name → numpy array out."""
+        raise NotImplementedError
+
+    def bind(self, feeds: Mapping[str, Any]) -> Callable[[], Any]:
+        """The zero-argument call the timing loop repeats: the backend's own inference call with
+        ``feeds`` converted once (e.g. ``functools.partial(session.run, None, feeds)``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the backend's resources (default: nothing to do)."""
+
+
+class Backend:
+    """One way to run ONNX models. Subclasses set the class attributes and implement ``prepare``."""
+
+    #: the perf.csv ``backend`` column value, e.g. ``onnxruntime-cpu-opt-all``
+    id: str = ""
+    #: what runs it: ``CPU`` or a GPU vendor (perf.csv ``gpu_vendor``)
+    device_vendor: str = "CPU"
+    #: the Python package the backend needs, and how to install it
+    module: str = ""
+    install_hint: str = ""
+
+    def missing(self) -> str | None:
+        """None when the backend's package imports; else the install hint (``pip install openvino``)."""
+        import importlib
+
+        try:
+            importlib.import_module(self.module)
+        except Exception:  # ImportError, or a broken install failing inside its own import
+            return self.install_hint
+        return None
+
+    def version(self) -> str:
+        """The backend package's version ("" when not installed)."""
+        import importlib
+
+        try:
+            return str(getattr(importlib.import_module(self.module), "__version__", ""))
+        except Exception:
+            return ""
+
+    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
+        """Load and compile ``model`` (an .onnx file) for inputs of ``shapes``; ``threads`` = intra-op
+        threads (None: the backend's default). Raises BackendUnsupported / BackendError."""
+        raise NotImplementedError
+
+    def require_installed(self) -> None:
+        hint = self.missing()
+        if hint:
+            raise BackendUnsupported(f"{self.id} is not installed", hint=hint)
+
+
+@dataclasses.dataclass
+class BackendRun:
+    """One backend measured on one model (see :func:`measure_backend`)."""
+
+    backend: str
+    prepare_ms: float  # compilation or session creation
+    first_inference_ms: float
+    outputs: dict[str, Any]  # of the first inference
+    latencies_ms: list[float]
+    stats: dict[str, Any]  # madengine.bench.harness.stats.summarize
+    warnings: list[str]
+    details: dict[str, Any]
+    timed_wall_s: float
+
+
+def measure_backend(backend: Backend, model: str | Path, feeds: Mapping[str, Any], shapes: Shapes, *,
+                    threads: int | None = None, warmup: int = engine.DEFAULT_WARMUP, iterations: int | None = None,
+                    min_time: float | None = None, min_iterations: int = engine.DEFAULT_MIN_ITERATIONS,
+                    batch_size: int = 1) -> BackendRun:
+    """Prepare (timed), first inference (timed; outputs kept), then the harness's warm-up and timed
+    loop over ``session.bind(feeds)`` and its statistics."""
+    backend.require_installed()
+    started = time.perf_counter_ns()
+    session = backend.prepare(model, shapes, threads)
+    prepare_ms = (time.perf_counter_ns() - started) / 1e6
+    try:
+        started = time.perf_counter_ns()
+        outputs = _guarded(session.run, feeds)
+        first_ms = (time.perf_counter_ns() - started) / 1e6
+        run_once = session.bind(feeds)
+        timing = _guarded(lambda: engine.measure(run_once, warmup=warmup, iterations=iterations, min_time=min_time,
+                                                 min_iterations=min_iterations))
+    finally:
+        session.close()
+    stats = summarize(timing.latencies_ms, batch_size)
+    return BackendRun(backend.id, prepare_ms, first_ms, outputs, timing.latencies_ms, stats,
+                      stability_warnings(stats), dict(session.details), timing.wall_s)
+
+
+def _guarded(call: Callable[..., Any], *args: Any) -> Any:
+    """Run ``call``; any exception of the backend's own becomes a BackendError with one line."""
+    try:
+        return call(*args)
+    except BackendError:
+        raise
+    except Exception as exc:  # each backend raises its own exception types
+        raise classify(exc, "inference failed") from None
+
+
+#: how backends name the operator they cannot run (in the exception, or in what they printed)
+_OPERATOR_PATTERNS = (
+    re.compile(r"Could not find an implementation for (\w+)"),  # onnxruntime: no kernel
+    re.compile(r"([\w.]+:\w+|\w+)\(-?\d+\) is not a registered function/op"),  # onnxruntime: unknown op
+    re.compile(r"operators are not supported[^:]*:\s*[{\[]?'?(\w+)"),  # TVM OpNotImplemented
+    re.compile(r"Error converting operator (\w+)"),  # TVM's frontend, printed
+    re.compile(r"No conversion rule found for operations:\s*([\w.]+)"),  # OpenVINO
+    re.compile(r"Node type '(\w+)' from domain '[\w.]*' is unknown"),  # onnx's reference evaluator
+)
+#: a message saying the model uses something the backend lacks (not a crash of the backend)
+_UNSUPPORTED_WORDS = re.compile(r"not (?:yet )?(?:supported|implemented)|unsupported|NOT_IMPLEMENTED", re.IGNORECASE)
+
+
+def classify(exc: BaseException, what: str, printed: str = "") -> BackendError:
+    """An exception from a backend's own code as BackendUnsupported (something the backend lacks:
+    an operator, named when its message or what it ``printed`` says which) or BackendError."""
+    text = one_line(exc)
+    operator = None
+    for pattern in _OPERATOR_PATTERNS:
+        found = pattern.search(text) or pattern.search(printed)
+        if found:
+            operator = found.group(1)
+            break
+    if operator or _UNSUPPORTED_WORDS.search(text):
+        prefix = f"operator {operator}: " if operator else ""
+        return BackendUnsupported(f"{prefix}{text}", operator=operator)
+    return BackendError(f"{what}: {text}")
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:limit] + ("…" if len(text) > limit else "")

@@ -1,0 +1,166 @@
+"""Is a backend's answer right? Its outputs against a reference's, output by output, with tolerances.
+
+An element passes when ``|candidate - reference| <= atol + rtol * |reference|`` (numpy's
+``allclose`` rule), NaN matching NaN and infinities matching the same infinity. Defaults:
+``atol = 1e-4`` and ``rtol = 1e-4`` (the Relax scorecard's), for float32 models compared with
+onnxruntime on the CPU; a model can set its own (e.g. looser for float16, 0 for exact).
+Integer and boolean outputs use the same rule on their values (exact with the defaults for small
+integers); an output whose shape or dtype differs, or that is missing, is a mismatch whatever the
+tolerances.
+
+The verdict names the worst output (the one furthest past its tolerance) with its maximum absolute
+error and maximum relative error (``|c - r| / |r|`` over elements where ``r != 0``), and the index
+of its worst element. Only numpy is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-4
+
+PASS = "PASS"
+MISMATCH = "MISMATCH"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Absolute and relative tolerance of a check (see the module doc for the rule)."""
+
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
+                raise ValueError(f"{name} must be a finite number of 0 or more, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCheck:
+    """One output compared: ``excess`` > 0 means past the tolerance (the largest
+    ``|c - r| - (atol + rtol |r|)``; inf for shape/dtype/NaN problems)."""
+
+    name: str
+    status: str
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    excess: float = 0.0
+    worst_index: tuple[int, ...] | None = None
+    problem: str = ""  # shape / dtype / missing output, when that is why it failed
+
+    def describe(self) -> str:
+        if self.problem:
+            return f"output '{self.name}': {self.problem}"
+        where = f" at index {list(self.worst_index)}" if self.worst_index is not None else ""
+        return (f"output '{self.name}': max abs error {self.max_abs_error:.3g}, "
+                f"max rel error {self.max_rel_error:.3g}{where}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """Every output compared; ``status`` PASS or MISMATCH, ``output`` the worst output's name."""
+
+    status: str
+    tolerance: Tolerance
+    outputs: tuple[OutputCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def worst(self) -> OutputCheck | None:
+        failing = [o for o in self.outputs if o.status != PASS]
+        pool = failing or list(self.outputs)
+        return max(pool, key=lambda o: (o.excess, o.max_abs_error)) if pool else None
+
+    @property
+    def output(self) -> str:
+        worst = self.worst
+        return worst.name if worst else ""
+
+    @property
+    def max_abs_error(self) -> float:
+        return max((o.max_abs_error for o in self.outputs), default=0.0)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((o.max_rel_error for o in self.outputs), default=0.0)
+
+    def reason(self) -> str:
+        """One line: what failed and by how much (empty for a PASS)."""
+        if self.ok:
+            return ""
+        worst = self.worst
+        failing = sum(1 for o in self.outputs if o.status != PASS)
+        more = f" ({failing} of {len(self.outputs)} outputs differ)" if failing > 1 else ""
+        return (f"{worst.describe() if worst else 'no outputs'}; tolerance atol {self.tolerance.atol:g} "
+                f"rtol {self.tolerance.rtol:g}{more}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
+                "output": self.output, "max_abs_error": _finite(self.max_abs_error),
+                "max_rel_error": _finite(self.max_rel_error), "reason": self.reason(),
+                "outputs": [{"name": o.name, "status": o.status, "max_abs_error": _finite(o.max_abs_error),
+                             "max_rel_error": _finite(o.max_rel_error), "problem": o.problem} for o in self.outputs]}
+
+
+def compare_outputs(candidate: Mapping[str, Any], reference: Mapping[str, Any],
+                    tolerance: Tolerance | None = None) -> Verdict:
+    """Compare every reference output with the candidate's output of the same name."""
+    tolerance = tolerance or Tolerance()
+    checks = [compare_output(name, candidate.get(name), value, tolerance) for name, value in reference.items()]
+    checks += [OutputCheck(name, MISMATCH, math.inf, math.inf, math.inf, problem="not an output of the reference")
+               for name in candidate if name not in reference]
+    status = PASS if checks and all(c.status == PASS for c in checks) else MISMATCH
+    return Verdict(status, tolerance, tuple(checks))
+
+
+def compare_output(name: str, candidate: Any, reference: Any, tolerance: Tolerance) -> OutputCheck:
+    """One output: shape and dtype first, then the element-wise rule."""
+    import numpy as np
+
+    if candidate is None:
+        return OutputCheck(name, MISMATCH, math.inf, math.inf, math.inf, problem="missing from the candidate's outputs")
+    got, want = np.asarray(candidate), np.asarray(reference)
+    if got.shape != want.shape:
+        return OutputCheck(name, MISMATCH, math.inf, math.inf, math.inf,
+                           problem=f"shape {list(got.shape)} differs from the reference's {list(want.shape)}")
+    if got.dtype != want.dtype:
+        return OutputCheck(name, MISMATCH, math.inf, math.inf, math.inf,
+                           problem=f"dtype {got.dtype} differs from the reference's {want.dtype}")
+    if got.size == 0:
+        return OutputCheck(name, PASS)
+    if got.dtype.kind not in "biufc":
+        equal = bool(np.array_equal(got, want))
+        return OutputCheck(name, PASS if equal else MISMATCH, 0.0 if equal else math.inf, 0.0 if equal else math.inf,
+                           0.0 if equal else math.inf, problem="" if equal else "values differ")
+    return _numeric(name, got, want, tolerance)
+
+
+def _numeric(name: str, got: Any, want: Any, tolerance: Tolerance) -> OutputCheck:
+    import numpy as np
+
+    c, r = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same_special = (np.isnan(c) & np.isnan(r)) | (np.isinf(c) & (c == r))
+        diff = np.where(same_special, 0.0, np.abs(c - r))
+        diff = np.where(np.isnan(diff), np.inf, diff)  # NaN against a number: infinitely wrong
+        magnitude = np.where(np.isfinite(r), np.abs(r), 0.0)
+        excess = diff - (tolerance.atol + tolerance.rtol * magnitude)
+        nonzero = magnitude > 0
+        relative = np.divide(diff, magnitude, out=np.zeros_like(diff), where=nonzero)
+    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    worst_excess = float(excess[worst])
+    return OutputCheck(name, PASS if worst_excess <= 0 else MISMATCH, float(diff.max()), float(relative.max()),
+                       max(worst_excess, 0.0), tuple(int(i) for i in worst))
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: None stands for 'not comparable' (a shape/dtype problem)."""
+    return value if math.isfinite(value) else None

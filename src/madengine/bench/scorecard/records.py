@@ -1,0 +1,88 @@
+"""A scorecard cell as one perf.csv row: the backend in the result identity, the check's verdict
+and the harness's statistics as extra columns (:data:`SCORECARD_COLUMNS`, in that order)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from madengine.bench.columns import latency_columns, significant
+from madengine.bench.harness.engine import cpu_model, metric_value
+from madengine.bench.harness.inputs import shapes_text
+from madengine.results import PerfRecord
+
+if TYPE_CHECKING:
+    from madengine.bench.scorecard.runner import Cell, ModelCard, ScorecardRequest, ScorecardSummary
+
+
+def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", summary: "ScorecardSummary",
+                duration: float) -> PerfRecord:
+    from madengine import __version__
+    from madengine.bench.backends import get_backend
+    from madengine.bench.runner import gpu_architecture
+    from madengine.bench.scorecard.cells import PASS, RECORD_STATUS
+    from madengine.core.clock import utc_now
+    from madengine.core.ids import machine_name
+
+    vendor = get_backend(cell.backend).device_vendor
+    record = PerfRecord(
+        model=card.entry.name, status=RECORD_STATUS[cell.status],
+        reason="" if cell.status == PASS else f"{cell.status}: {cell.reason}",
+        n_gpus="0" if vendor == "CPU" else "1", args=_args_text(card, cell, request), tags=card.entry.set,
+        machine_name=machine_name(), gpu_architecture=gpu_architecture(vendor),
+        pipeline=request.environ.get("pipeline", ""), build_number=request.environ.get("BUILD_NUMBER", "0"),
+        run_id=summary.run_id, executor="docker" if summary.image else "scorecard", docker_image=summary.image,
+        started_at=utc_now(), gpu_vendor=vendor, madengine_version=__version__, command_line=request.command_line,
+        test_duration=duration, context={"backend": cell.backend, "reference": card.reference,
+                                         "metric": request.metric, "threads": request.threads or "auto"})
+    stats = cell.answer.get("stats")
+    if cell.status == PASS and stats:
+        value, record.metric = metric_value(stats, request.metric)
+        record.performance = significant(value)
+    _set_column(record, "backend", cell.backend)
+    record.extra.update(_columns(card, cell, request))
+    return record
+
+
+def _set_column(record: PerfRecord, name: str, value: Any) -> None:
+    """A standard column when perf.csv defines one of that name, else an extra column (``backend``
+    joins the standard columns with the result identity)."""
+    if hasattr(record, name):
+        setattr(record, name, value)
+    else:
+        record.extra[name] = value
+
+
+def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> dict[str, Any]:
+    answer, check = cell.answer, cell.check
+    columns: dict[str, Any] = {
+        "backend_version": answer.get("version", ""), "scorecard_status": cell.status,
+        "reference_backend": card.reference,
+        "latency_ratio": significant(cell.ratio) if cell.ratio else "",
+        "check_output": check.output if check else "",
+        "max_abs_error": significant(check.max_abs_error) if check and check.to_json()["max_abs_error"] is not None
+        else "",
+        "max_rel_error": significant(check.max_rel_error) if check and check.to_json()["max_rel_error"] is not None
+        else "",
+        "atol": card.tolerance.atol, "rtol": card.tolerance.rtol, "operator": cell.operator or "",
+        "model_sha256": card.sha256, "cpu_model": cpu_model(), "threads": request.threads or "auto",
+        "batch_size": card.batch_size, "input_shapes": shapes_text(card.shapes), "warmup": request.warmup,
+    }
+    stats = answer.get("stats")
+    if stats:
+        columns.update(latency_columns(stats))
+    columns["prepare_ms"] = significant(answer.get("prepare_ms", ""))
+    columns["first_inference_ms"] = significant(answer.get("first_inference_ms", ""))
+    return columns
+
+
+def _args_text(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> str:
+    """The settings that define the measured workload, as one perf.csv ``args`` cell."""
+    parts = [f"--backend {cell.backend}"]
+    parts += [f"--shape {name}={','.join(str(d) for d in dims)}" for name, dims in card.shapes.items()]
+    parts.append(f"--warmup {request.warmup}")
+    parts.append(f"--iterations {request.iterations}" if request.iterations is not None
+                 else f"--min-time {request.min_time if request.min_time is not None else 1.0:g}")
+    if request.threads is not None:
+        parts.append(f"--threads {request.threads}")
+    parts.append(f"--seed {request.seed} --atol {card.tolerance.atol:g} --rtol {card.tolerance.rtol:g}")
+    return " ".join(parts)

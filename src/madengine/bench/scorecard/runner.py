@@ -1,0 +1,371 @@
+"""``madengine scorecard``: every model of a suite on every backend, outputs checked, timings side by side.
+
+Order, so that bad input never costs a run: the suite is read and every backend name checked; each
+model named by URL is fetched (data providers) and every model file hashed against its sha256 (a
+mismatch or a failed fetch stops *that* model: its cells are ERROR, nothing of it runs); every
+model's input shapes are resolved from its declared signature (an unresolved one is bad input,
+exit 2). Then, per model: the same seeded inputs for every backend; the reference first
+(onnxruntime CPU without graph optimisation, a cell of its own, or onnx's reference evaluator, an
+untimed oracle); then each backend, measured by :func:`madengine.bench.backends.measure_backend`
+(the harness's loop and statistics) and its outputs checked against the reference's
+(:mod:`madengine.bench.correctness`). Each cell becomes one perf.csv row as soon as it exists.
+
+A cell is PASS, MISMATCH (a FAILURE row: a wrong answer is never a success), UNSUPPORTED (a
+SKIPPED row: an operator the backend lacks, a GPU that is absent, a backend not installed) or
+ERROR (a FAILURE row). The latency ratio is the cell's p50 over the p50 of onnxruntime CPU without
+optimisation on the same model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from madengine.bench.backends import BACKEND_IDS, CPU_BACKENDS, GPU_BACKENDS
+from madengine.bench.backends.cell import ERROR as CELL_ERROR
+from madengine.bench.backends.cell import RAN, run_cell
+from madengine.bench.correctness import Tolerance, Verdict, compare_outputs
+from madengine.bench.harness import HarnessInputError
+from madengine.bench.harness.engine import DEFAULT_WARMUP, sha256_file
+from madengine.bench.harness.inputs import generate, resolve_shapes, shapes_text
+from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, RECORD_STATUS, STATUSES, UNSUPPORTED
+from madengine.bench.suite import ModelEntry, load_suite
+from madengine.core.errors import ExecutionError, InputError
+from madengine.core.events import Reporter
+from madengine.results import PerfRecord, Status, append_records
+
+DEFAULT_REFERENCE = "onnxruntime-cpu-opt-disabled"
+#: the latency ratio's denominator
+BASELINE = "onnxruntime-cpu-opt-disabled"
+
+#: extra perf.csv columns of a scorecard row, in this order
+SCORECARD_COLUMNS = (
+    "backend", "backend_version", "scorecard_status", "reference_backend", "latency_ratio", "check_output",
+    "max_abs_error", "max_rel_error", "atol", "rtol", "operator", "model_sha256", "cpu_model", "threads",
+    "batch_size", "input_shapes", "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv",
+    "latency_min_ms", "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
+    "inferences_per_second", "samples_per_second", "prepare_ms", "first_inference_ms",
+)
+
+
+@dataclasses.dataclass
+class ScorecardRequest:
+    """Everything ``madengine scorecard`` was asked (the CLI's flags, already typed)."""
+
+    suite: str
+    backends: list[str] | None = None  # None: each model's own list, else the default backends
+    warmup: int = DEFAULT_WARMUP
+    iterations: int | None = None
+    min_time: float | None = None
+    threads: int | None = None
+    seed: int = 0
+    metric: str = "throughput"
+    atol: float | None = None  # for models that set no tolerance of their own
+    rtol: float | None = None
+    image: str | None = None
+    output: Path = Path("perf.csv")
+    runs_dir: Path = Path("madengine_runs")
+    command_line: str = ""
+    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+
+
+@dataclasses.dataclass
+class Cell:
+    """One model on one backend."""
+
+    backend: str
+    status: str
+    reason: str = ""
+    operator: str | None = None
+    is_reference: bool = False
+    answer: dict[str, Any] = dataclasses.field(default_factory=dict)  # run_cell's JSON
+    check: Verdict | None = None
+    ratio: float | None = None
+    record: PerfRecord | None = None
+
+    @property
+    def p50_ms(self) -> float | None:
+        stats = self.answer.get("stats")
+        return float(stats["p50_ms"]) if stats else None
+
+    def to_json(self) -> dict[str, Any]:
+        answer = self.answer
+        return {"backend": self.backend, "status": self.status, "reason": self.reason, "operator": self.operator,
+                "reference": self.is_reference, "p50_ms": self.p50_ms, "ratio": self.ratio,
+                "prepare_ms": answer.get("prepare_ms"), "first_inference_ms": answer.get("first_inference_ms"),
+                "version": answer.get("version", ""), "stats": answer.get("stats"),
+                "warnings": answer.get("warnings", []), "details": answer.get("details", {}),
+                "check": self.check.to_json() if self.check else None}
+
+
+@dataclasses.dataclass
+class ModelCard:
+    """One model's row of the scorecard."""
+
+    entry: ModelEntry
+    backends: list[str]
+    reference: str
+    tolerance: Tolerance
+    sha256: str = ""
+    shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    batch_size: int = 1
+    problem: str = ""  # why nothing of this model ran (sha256 mismatch, fetch failure)
+    cells: list[Cell] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        entry = self.entry
+        return {"model": entry.name, "path": str(entry.path), "url": entry.url, "sha256": self.sha256,
+                "reference": self.reference, "atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
+                "input_shapes": shapes_text(self.shapes), "batch_size": self.batch_size, "problem": self.problem,
+                "backends": self.backends, "cells": [cell.to_json() for cell in self.cells]}
+
+
+@dataclasses.dataclass
+class ScorecardSummary:
+    run_id: str
+    perf_csv: Path
+    run_dir: Path
+    image: str = ""
+    models: list[ModelCard] = dataclasses.field(default_factory=list)
+
+    @property
+    def cells(self) -> list[tuple[ModelCard, Cell]]:
+        return [(card, cell) for card in self.models for cell in card.cells]
+
+    @property
+    def failed(self) -> list[tuple[ModelCard, Cell]]:
+        return [(card, cell) for card, cell in self.cells if RECORD_STATUS[cell.status] == Status.FAILURE]
+
+    @property
+    def backends(self) -> list[str]:
+        """Every backend of the run, in a stable order (the grid's columns)."""
+        seen = {cell.backend for _, cell in self.cells}
+        return [b for b in BACKEND_IDS if b in seen] + sorted(seen - set(BACKEND_IDS))
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(1 for _, c in self.cells if c.status == status) for status in STATUSES}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "perf_csv": str(self.perf_csv), "run_dir": str(self.run_dir),
+                "image": self.image, "backends": self.backends, "counts": self.counts(),
+                "models": [card.to_json() for card in self.models]}
+
+
+#: runs one cell: (backend id, model file, feeds, shapes, timed, batch size) → (run_cell JSON, outputs)
+CellRunner = Callable[..., "tuple[dict[str, Any], dict[str, Any]]"]
+
+
+def run_scorecard(request: ScorecardRequest, reporter: Reporter | None = None) -> ScorecardSummary:
+    """Run the scorecard of ``request`` (see the module doc); every cell lands in perf.csv."""
+    from madengine.core.ids import new_run_id
+
+    reporter = reporter or Reporter()
+    _check_request(request)
+    cards = [_card(entry, request) for entry in load_suite(request.suite)]
+    run_id = new_run_id()
+    summary = ScorecardSummary(run_id=run_id, perf_csv=Path(request.output),
+                               run_dir=Path(request.runs_dir) / run_id, image=request.image or "")
+    summary.run_dir.mkdir(parents=True, exist_ok=True)
+    for card in cards:
+        _prepare(card, request, summary.run_dir, reporter)
+    runner, close = _cell_runner(request, summary, reporter)
+    reporter.message(f"madengine: scorecard {run_id}: {len(cards)} model(s), "
+                     f"{sum(len(c.backends) for c in cards)} cell(s)"
+                     + (f" in image {request.image}" if request.image else "") + f"; results → {request.output}")
+    try:
+        for card in cards:
+            summary.models.append(card)
+            _score(card, request, summary, runner, reporter)
+    finally:
+        close()
+    return summary
+
+
+# -- checks and preparation, before anything runs ---------------------------------------------------
+def _check_request(request: ScorecardRequest) -> None:
+    if request.iterations is not None and request.min_time is not None:
+        raise InputError("--iterations and --min-time exclude each other", path="--iterations")
+    for name, value, low in (("--iterations", request.iterations, 1), ("--warmup", request.warmup, 0),
+                             ("--threads", request.threads, 1)):
+        if value is not None and value < low:
+            raise InputError(f"must be {low} or more, got {value}", path=name)
+    if request.min_time is not None and not request.min_time > 0:
+        raise InputError(f"must be more than 0 seconds, got {request.min_time}", path="--min-time")
+    if request.metric not in ("throughput", "p50"):
+        raise InputError(f"unknown metric '{request.metric}'", path="--metric", hint="use throughput or p50")
+    for name, value in (("--atol", request.atol), ("--rtol", request.rtol)):
+        if value is not None and not 0 <= value < float("inf"):
+            raise InputError(f"must be a finite number of 0 or more, got {value}", path=name)
+    for backend in request.backends or []:
+        if backend not in BACKEND_IDS:
+            raise InputError(f"unknown backend '{backend}'", path="--backends", hint="known: " + ", ".join(BACKEND_IDS))
+        if backend == "onnx-reference":
+            raise InputError("onnx-reference is a correctness oracle, not a timed backend", path="--backends",
+                             hint="set 'reference: onnx-reference' on a model of the suite")
+
+
+def _card(entry: ModelEntry, request: ScorecardRequest) -> ModelCard:
+    reference = entry.reference or DEFAULT_REFERENCE
+    chosen = _chosen_backends(entry, request)
+    if reference != "onnx-reference":  # the reference is a cell of its own, first
+        chosen = [reference] + [b for b in chosen if b != reference]
+    tolerance = Tolerance(atol=entry.tolerance.get("atol", request.atol if request.atol is not None
+                                                   else Tolerance.atol),
+                          rtol=entry.tolerance.get("rtol", request.rtol if request.rtol is not None
+                                                   else Tolerance.rtol))
+    return ModelCard(entry=entry, backends=chosen, reference=reference, tolerance=tolerance)
+
+
+def _chosen_backends(entry: ModelEntry, request: ScorecardRequest) -> list[str]:
+    """``--backends`` ∩ the model's own list; either alone; else the default backends."""
+    own = [b for b in entry.backends if b != "onnx-reference"]
+    if request.backends and own:
+        return [b for b in request.backends if b in own]
+    return list(request.backends or own or default_backends(request.image))
+
+
+def default_backends(image: str | None = None) -> list[str]:
+    """The CPU backends, and the GPU backends whose GPU this host has (in-process runs only)."""
+    if image:
+        return list(CPU_BACKENDS)
+    from madengine.context.detect import detect_gpus
+
+    nvidia = detect_gpus().vendor == "NVIDIA"
+    present = {"onnxruntime-cuda": nvidia, "onnxruntime-tensorrt": nvidia, "openvino-gpu": Path("/dev/dri").is_dir()}
+    return list(CPU_BACKENDS) + [b for b in GPU_BACKENDS if present.get(b)]
+
+
+def _prepare(card: ModelCard, request: ScorecardRequest, run_dir: Path, reporter: Reporter) -> None:
+    """Fetch (url), hash and check the sha256, resolve the shapes; a model that fails the first two
+    gets ``problem`` (its cells are ERROR), an unresolved shape is bad input."""
+    entry = card.entry
+    if entry.url:
+        from madengine.bench.fetch import fetch_model
+
+        try:
+            fetch_model(entry, log_path=run_dir / "fetch.log", environ=request.environ, message=reporter.message)
+        except ExecutionError as exc:
+            card.problem = f"not fetched: {exc}"
+            return
+    if not entry.path.is_file():
+        raise InputError(f"model file {entry.path} not found", path=entry.source, field=f"model '{entry.name}'")
+    card.sha256 = sha256_file(entry.path)
+    if entry.sha256 and entry.sha256 != card.sha256:
+        card.problem = (f"sha256 mismatch for {entry.path}: expected {entry.sha256}, file has {card.sha256}; "
+                        "nothing of this model was run")
+        return
+    card.shapes, card.batch_size = _shapes(entry)
+
+
+def _shapes(entry: ModelEntry) -> tuple[dict[str, tuple[int, ...]], int]:
+    from madengine.bench.harness.inputs import batch_size_of
+    from madengine.bench.runner import declared_signature
+
+    signature = declared_signature(entry.path)
+    if signature is None:
+        raise InputError("the onnx package is needed to read the model's inputs", hint="pip install 'madengine[onnx]'")
+    try:
+        resolved = resolve_shapes(signature, entry.shapes, entry.axes, entry.batch_size)
+        for spec in signature:
+            spec.dtype  # noqa: B018 - raises for a type inputs cannot be generated for
+    except HarnessInputError as exc:
+        raise InputError(exc.message, path=entry.source, field=f"model '{entry.name}' / {exc.field}",
+                         hint=exc.hint) from None
+    return resolved, batch_size_of(signature, resolved, entry.batch_size)
+
+
+def _cell_runner(request: ScorecardRequest, summary: ScorecardSummary,
+                 reporter: Reporter) -> tuple[CellRunner, Callable[[], None]]:
+    options = {"threads": request.threads, "warmup": request.warmup, "iterations": request.iterations,
+               "min_time": request.min_time}
+    if request.image:
+        from madengine.bench.scorecard.container import ContainerCells
+
+        cells = ContainerCells(request.image, summary.run_dir, summary.run_id, options)
+        return cells.run, cells.close
+
+    def in_process(backend: str, model: Path, feeds: Any, shapes: Any, *, timed: bool, batch_size: int,
+                   key: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        return run_cell(backend, model, feeds, shapes, timed=timed, batch_size=batch_size, **options)
+
+    return in_process, lambda: None
+
+
+# -- one model ----------------------------------------------------------------------------------------
+def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary, runner: CellRunner,
+           reporter: Reporter) -> None:
+    entry = card.entry
+    if card.problem:
+        for backend in card.backends:
+            _finish(card, Cell(backend, ERROR, card.problem, is_reference=backend == card.reference), request,
+                    summary, reporter, time.monotonic())
+        return
+    import onnx  # noqa: F401 - declared_signature needed it already; the feeds need numpy
+    from madengine.bench.runner import declared_signature
+
+    feeds = generate(declared_signature(entry.path) or [], card.shapes, request.seed)
+    reference_outputs, reference_failure = None, ""
+    if card.reference == "onnx-reference":
+        reporter.message(f"madengine: {entry.name}: reference outputs from onnx's reference evaluator")
+        answer, outputs = runner("onnx-reference", entry.path, feeds, card.shapes, timed=False,
+                                 batch_size=card.batch_size, key=_key(entry.name, "onnx-reference"))
+        reference_outputs = outputs if answer["outcome"] == RAN else None
+        reference_failure = "" if reference_outputs is not None else answer["reason"]
+    baseline: float | None = None
+    for backend in card.backends:
+        started = time.monotonic()
+        is_reference = backend == card.reference
+        if reference_failure or (reference_outputs is None and not is_reference):
+            why = reference_failure or "the reference produced no outputs"
+            _finish(card, Cell(backend, ERROR, f"not checked: the reference {card.reference} failed ({why})"),
+                    request, summary, reporter, started)
+            continue
+        reporter.message(f"madengine: {entry.name} on {backend}" + (" (reference)" if is_reference else ""))
+        answer, outputs = runner(backend, entry.path, feeds, card.shapes, timed=True, batch_size=card.batch_size,
+                                 key=_key(entry.name, backend))
+        cell = _judge(backend, answer, outputs, reference_outputs, card.tolerance, is_reference)
+        if is_reference:
+            reference_outputs = outputs if cell.status == PASS else None
+            if reference_outputs is None:
+                reference_failure = cell.reason
+        if backend == BASELINE and cell.p50_ms:
+            baseline = cell.p50_ms
+        if baseline and cell.p50_ms:
+            cell.ratio = cell.p50_ms / baseline
+        _finish(card, cell, request, summary, reporter, started)
+
+
+def _judge(backend: str, answer: dict[str, Any], outputs: dict[str, Any], reference: dict[str, Any] | None,
+           tolerance: Tolerance, is_reference: bool) -> Cell:
+    outcome = answer["outcome"]
+    if outcome != RAN:
+        status = ERROR if outcome == CELL_ERROR else UNSUPPORTED
+        return Cell(backend, status, answer.get("reason", ""), answer.get("operator"), is_reference, answer)
+    if is_reference:
+        return Cell(backend, PASS, "reference", None, True, answer)
+    verdict = compare_outputs(outputs, reference or {}, tolerance)
+    status = PASS if verdict.ok else MISMATCH
+    return Cell(backend, status, verdict.reason(), None, False, answer, verdict)
+
+
+def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: ScorecardSummary, reporter: Reporter,
+            started: float) -> None:
+    from madengine.bench.scorecard.records import cell_record
+
+    cell.record = cell_record(card, cell, request, summary, time.monotonic() - started)
+    append_records(request.output, [cell.record])
+    card.cells.append(cell)
+    shown = f" p50 {cell.p50_ms:.4g} ms" if cell.p50_ms else ""
+    shown += f" ({cell.ratio:.2f}x)" if cell.ratio else ""
+    reporter.message(f"madengine: {card.entry.name} × {cell.backend}: {cell.status}{shown}"
+                     + (f" ({cell.reason})" if cell.status != PASS else ""))
+
+
+def _key(model: str, backend: str) -> str:
+    return re.sub(r"[^a-z0-9_.-]+", "_", f"scorecard_{model}_{backend}".lower()).strip("_")
+
+

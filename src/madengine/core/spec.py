@@ -1,0 +1,64 @@
+"""What one run of one model is, independent of the executor: its steps, mounts and work folder.
+
+These types sit in the core because every package that shapes a run touches them: execution runs
+them, data providers add mounts and environment, tools wrap the model step, bench adds the ONNX
+harness step. Paths the model sees are relative to the work folder, which the docker executor
+mounts at :data:`CONTAINER_WORKSPACE` and the local executor uses in place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+CONTAINER_WORKSPACE = "/myworkspace"
+
+
+@dataclasses.dataclass
+class Step:
+    """One command run in the work folder: a pre-script, the model script, or a post-script."""
+
+    name: str
+    argv: list[str]
+    cwd: str = ""  # relative to the work folder
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    is_model: bool = False
+
+
+@dataclasses.dataclass
+class Mount:
+    host: str
+    container: str
+    read_only: bool = True
+
+
+@dataclasses.dataclass
+class RunSpec:
+    key: str
+    model: Any  # catalog.Model (typed loosely: the core imports nothing of the project)
+    workdir: Path
+    log_path: Path
+    artifacts_dir: Path
+    env: dict[str, str]
+    steps: list[Step]
+    model_cwd: str = ""
+    timeout: int | None = None
+    mounts: list[Mount] = dataclasses.field(default_factory=list)
+    gpu_ids: list[int] = dataclasses.field(default_factory=list)
+    #: CPUs the run is pinned to (``--parallel`` slots); empty means no pinning
+    cpus: list[int] = dataclasses.field(default_factory=list)
+    docker_file: str = ""
+    image: str = ""
+    git_commit: str = ""
+    #: files the model or tools write that are collected into the artifacts folder (glob patterns)
+    collect: list[str] = dataclasses.field(default_factory=list)
+    #: set by providers/tools: perf row values (dataname, data_provider_type, ...)
+    row_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: called after the steps ran and files were collected; each returns extra perf row values
+    #: (standard column names set the column, other names become extra columns at the end)
+    finalizers: list[Callable[["RunSpec"], dict[str, Any]]] = dataclasses.field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.env.get("MAD_RUN_ID", "")

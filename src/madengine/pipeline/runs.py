@@ -1,0 +1,164 @@
+"""``madengine run``: select models, check inputs, choose executor and scheduler, record results.
+
+Every record is appended to perf.csv as soon as it exists, so an interruption or a crash later
+never loses earlier rows.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from madengine.context import Context, build_context
+from madengine.core.errors import InputError
+from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
+from madengine.core.host import Host
+from madengine.core.ids import machine_name, new_run_id
+from madengine.execution import Executor, ModelRunner
+from madengine.pipeline.executors import choose_executor
+from madengine.pipeline.extensions import check_inputs, run_extensions
+from madengine.pipeline.requests import RunRequest
+from madengine.pipeline.selection import Selection, select
+from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary, append_records
+from madengine.pipeline.tracing import finish_tracer, start_tracer, tracer_checkpoint
+from madengine.results.history import earlier_durations
+from madengine.results.perfcsv import check_writable, keep_unrecorded
+from madengine.tracing import names
+
+
+def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> RunSummary:
+    """Run the models ``request`` selects; every result lands in perf.csv."""
+    reporter = reporter or Reporter()
+    options = request.run
+    if request.transport.manifest_file and options.executor == "local":
+        raise InputError("a manifest run runs the manifest's images, which needs Docker", path="--executor",
+                         hint="use --executor docker (or auto)")
+    if options.executor == "slurm":
+        return _run_on_slurm(request, host, reporter)
+    selection = select(options.tags, request.transport.manifest_file)
+    check_writable(Path(options.output), Path(options.runs_dir))
+    run_id = new_run_id()
+    run_dir = Path(options.runs_dir) / run_id
+    if request.parallel.workers > 1:
+        from madengine.distributed.parallel import LockedReporter
+
+        reporter = LockedReporter(reporter)
+    started = time.monotonic()
+    tracer = start_tracer(options, host, reporter, run_id)
+    summary = RunSummary(run_id=run_id, executor=options.executor, perf_csv=Path(options.output), run_dir=run_dir)
+    try:
+        with tracer.span(names.SPAN_RUN, {names.ATTR_RUN_ID: run_id}) as run_span:
+            _run(request, host, reporter, selection, tracer, summary)
+            run_span.set_attribute(names.ATTR_EXECUTOR, summary.executor)
+    finally:
+        summary.trace = finish_tracer(tracer, options, run_dir, host, reporter)
+        reporter.progress(Progress(FINISH, total=len(selection.models), seconds=time.monotonic() - started))
+    return summary
+
+
+def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selection, tracer: Any,
+         summary: RunSummary) -> None:
+    options = request.run
+    with tracer.span(names.SPAN_CONTEXT_DETECTION):
+        context = build_context(context_file=options.context_file, context_string=options.context_string)
+    check_inputs(selection.models, options, context, selection.catalog.root)
+    executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
+                               run_dir=summary.run_dir, host=host, reporter=reporter)
+    summary.executor = executor.name
+    records = RecordFactory(Provenance.of(run_id=summary.run_id, executor=executor.name,
+                                          command_line=host.command_line, environ=host.environ,
+                                          context=_provenance_context(context), machine_name=machine_name(),
+                                          trace_id=tracer.trace_id), host.now)
+    runner = ModelRunner(options=options, context=context, root=selection.catalog.root, executor=executor,
+                         records=records, reporter=reporter, host=host, run_id=summary.run_id,
+                         extensions=run_extensions(selection.models, options, context, selection.catalog.root,
+                                                   executor.name, reporter, tracer),
+                         tracer=tracer)
+    runner.total = len(selection.models)
+    runner.positions = {m.name: i for i, m in enumerate(selection.models, start=1)}
+    runner.estimates = earlier_durations(Path(options.output), [m.name for m in selection.models])
+    reporter.message(f"madengine: run {summary.run_id}: {len(selection.models)} model(s), {executor.name} "
+                     f"executor, {context.gpu_vendor} host ({context.gpu_architecture}); results → {options.output}")
+    reporter.progress(Progress(START, total=runner.total, estimate=sum(runner.estimates.values()) or None))
+    try:
+        try:
+            for record in _schedule(runner, selection, request.parallel.workers):
+                with tracer.span(names.SPAN_RECORDING):
+                    _record(summary, record, reporter)
+                tracer_checkpoint(tracer, options, summary.run_dir, host, reporter)
+        except KeyboardInterrupt as exc:  # between models: the one in flight already has its row
+            runner.note_stop(exc)
+        _record_not_run(summary, runner, selection, reporter)
+    finally:
+        _close(executor, summary, reporter)
+    if runner.stopped is not None and runner.stopped.interrupted:
+        summary.interrupted, summary.signal = runner.stopped.reason, runner.stopped.signal
+
+
+def _record_not_run(summary: RunSummary, runner: ModelRunner, selection: Selection, reporter: Reporter) -> None:
+    """After a stop, every selected model that never started gets its row: nothing is a silent gap."""
+    if runner.stopped is None:
+        return
+    for model in selection.models:
+        if model.name not in runner.started:
+            record = runner.records.failure(model, runner.stopped.not_run())
+            _record(summary, record, reporter)
+            reporter.progress(Progress(RESULT, model=model.name, index=runner.positions.get(model.name, 0),
+                                       total=runner.total, status=record.status, detail=record.reason))
+
+
+def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
+    left = executor.close()
+    if left:
+        summary.details["containers_left"] = left
+        reporter.message("madengine: warning: the Docker engine did not come back in time to remove "
+                         f"{', '.join(left)}; remove with: docker rm -f {' '.join(left)}")
+
+
+def _provenance_context(context: Context) -> dict:
+    summary = context.summary()
+    summary.setdefault("gpu_vendor", context.gpu_vendor)
+    return summary
+
+
+def _schedule(runner: ModelRunner, selection: Selection, workers: int) -> Iterable[PerfRecord]:
+    """Records in the order they finish: one model after another, or up to ``workers`` at once."""
+    if workers > 1:
+        from madengine.distributed.parallel import run_parallel
+
+        return run_parallel(runner, selection.models, workers)
+    return _sequential(runner, selection)
+
+
+def _sequential(runner: ModelRunner, selection: Selection) -> Iterator[PerfRecord]:
+    for model in selection.models:
+        yield from runner.run_model(model)
+        if runner.stopped:
+            return
+
+
+def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter) -> None:
+    """Append the row to perf.csv now; if it cannot be written (a full disk), keep it as JSON in
+    the run folder and say how to add it later, and the run fails."""
+    summary.records.append(record)
+    try:
+        append_records(summary.perf_csv, [record])
+    except OSError as exc:
+        kept = keep_unrecorded(summary.run_dir, record)
+        summary.unrecorded.append(str(kept) if kept else record.model)
+        reporter.message(f"madengine: error: the row of {record.model} could not be written to {summary.perf_csv} "
+                         f"({exc.strerror or exc}); "
+                         + (f"kept in {kept}: add it later with 'madengine report update-perf --single-result "
+                            f"{kept} --perf-csv {summary.perf_csv}'" if kept else "it could not be kept anywhere")
+                         )
+        return
+
+
+def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter) -> RunSummary:
+    from madengine.distributed.slurm import SlurmRun, run_on_slurm
+
+    selection = select(request.run.tags, request.transport.manifest_file)
+    return run_on_slurm(SlurmRun(run=request.run, build=request.build, transport=request.transport,
+                                 slurm=request.slurm, catalog=selection.catalog, models=selection.models,
+                                 command_line=host.command_line), reporter, host)

@@ -1,0 +1,144 @@
+"""Descriptive statistics of repeated measurements: the one module ``run --repeat``, ``bench`` and the
+ONNX harness share (standard library only; the harness copies this file with ``distributions.py``).
+
+Definitions (written down because tools differ):
+
+* ``stddev`` is the sample standard deviation (n - 1); ``None`` for a single sample.
+* ``cv`` (coefficient of variation) is stddev / |mean|, a fraction; ``None`` when the mean is 0
+  or there is one sample.
+* ``median`` is the 50th percentile. Percentiles interpolate linearly between the closest ranks
+  of the sorted values (numpy's default ``linear`` method).
+* ``ci95_low``/``ci95_high``: the 95 % confidence interval **of the mean**, Student's t:
+  mean ± t(0.975, n-1)·stddev/√n. Analytic, so the same samples always give the same interval
+  (no bootstrap); it exists from 2 samples (wide: t(0.975, 1) = 12.7). The row's ``performance``
+  is the median, which is robust to one slow repeat; for symmetric noise the two coincide.
+* ``outliers`` counts values outside Q1 - 1.5·IQR .. Q3 + 1.5·IQR (Tukey's fences, pyperf's
+  rule); they are reported, never removed.
+* Overflow-safe: values are scaled by the largest magnitude before sums of squares, so figures
+  from 5e-324 to 1.7e308 (and negative ones) summarize without an exception.
+
+Stability warnings follow pyperf (``pyperf._cli.format_checks``): a CV of ``UNSTABLE_CV`` (10 %)
+or more, and a maximum at least 1.5x the mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Sequence
+
+from .distributions import t_ppf
+
+#: pyperf's threshold: a spread this large means the figures should not be trusted as they are
+UNSTABLE_CV = 0.10
+CONFIDENCE = 0.95
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted values, by linear interpolation."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0..100")
+    position = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    fraction = position - low
+    a, b = sorted_values[low], sorted_values[high]
+    if fraction == 0.0 or a == b:
+        return a
+    return a + (b - a) * fraction if math.isfinite(b - a) else a * (1 - fraction) + b * fraction
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """n, mean, median, stddev, cv, min, max, the 95 % CI of the mean and the outlier count."""
+
+    n: int
+    mean: float
+    median: float
+    stddev: float | None
+    cv: float | None
+    minimum: float
+    maximum: float
+    ci95_low: float | None
+    ci95_high: float | None
+    outliers: int
+
+    @property
+    def unstable(self) -> bool:
+        return self.cv is not None and self.cv >= UNSTABLE_CV
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    out = []
+    for value in values:
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(f"not a finite number: {value!r}")
+        out.append(number)
+    return out
+
+
+def _mean_and_stddev(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation: exactly rounded sums of the values themselves, and only
+    when a sum would overflow (figures near 1.7e308), of the values scaled to at most 1."""
+    n = len(values)
+    try:
+        total = math.fsum(values)
+    except OverflowError:  # 1.7e308 + 1.7e308
+        total = math.inf
+    if math.isfinite(total):
+        mean = total / n
+        try:
+            squares = math.fsum((v - mean) ** 2 for v in values) if n > 1 else 0.0
+        except OverflowError:  # (1e300 - 0)**2: the scaled path below handles it
+            squares = math.inf
+        if math.isfinite(squares):
+            return mean, math.sqrt(squares / (n - 1)) if n > 1 else None
+    scale = max(abs(values[0]), abs(values[-1])) or 1.0  # values are sorted: the extremes are at the ends
+    scaled = [v / scale for v in values]
+    mean = math.fsum(scaled) / n
+    stddev = math.sqrt(math.fsum((v - mean) ** 2 for v in scaled) / (n - 1)) if n > 1 else None
+    return mean * scale, (None if stddev is None else _times(stddev, scale))
+
+
+def _times(a: float, b: float) -> float:
+    try:
+        return a * b
+    except OverflowError:  # pragma: no cover - float multiplication gives inf, kept for clarity
+        return math.inf
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    """The :class:`Summary` of ``values`` (in any order); ``ValueError`` for none or a non-finite one."""
+    ordered = sorted(_finite(values))
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no values to summarize")
+    mean, stddev = _mean_and_stddev(ordered)
+    cv = stddev / abs(mean) if stddev is not None and mean != 0 else None
+    low = high = None
+    if stddev is not None:
+        half = _times(t_ppf(0.5 + CONFIDENCE / 2, n - 1), stddev / math.sqrt(n))
+        low, high = mean - half, mean + half
+    q1, q3 = percentile(ordered, 25), percentile(ordered, 75)
+    fence = 1.5 * (q3 - q1) if math.isfinite(q3 - q1) else math.inf
+    outliers = sum(1 for v in ordered if v < q1 - fence or v > q3 + fence)
+    return Summary(n=n, mean=mean, median=percentile(ordered, 50), stddev=stddev, cv=cv, minimum=ordered[0],
+                   maximum=ordered[-1], ci95_low=low, ci95_high=high, outliers=outliers)
+
+
+def stability_warnings(summary: Summary, what: str = "sample") -> list[str]:
+    """pyperf-style warnings about figures that should not be trusted as they are ([] when fine)."""
+    return stability_notes(summary.cv, summary.mean, summary.maximum, summary.outliers, what)
+
+
+def stability_notes(cv: float | None, mean: float, maximum: float, outliers: int, what: str = "sample") -> list[str]:
+    """:func:`stability_warnings` from the figures themselves (for callers that keep them elsewhere)."""
+    notes = []
+    if cv is not None and cv >= UNSTABLE_CV:
+        notes.append(f"unstable: the standard deviation is {cv:.1%} of the mean (>= {UNSTABLE_CV:.0%})")
+    if mean > 0 and maximum >= 1.5 * mean:
+        notes.append(f"the largest {what} is {maximum / mean:.1f}x the mean ({outliers} outlier(s))")
+    return notes

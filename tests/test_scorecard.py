@@ -1,0 +1,379 @@
+"""madengine scorecard: real models (ResNet-18, MobileNetV2, BERT built with torch + transformers
+from configs, random weights) on real backends (ONNX Runtime, OpenVINO, TVM Relax), the output check,
+perf.csv / database / HTML / JSON, URLs through the S3 provider (moto), and cells inside containers
+(the real Docker engine). This machine has no GPU: GPU backends are checked for their UNSUPPORTED cell."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BASE_IMAGE, IN_CI, REPO, require_service
+from test_bench_harness import build_mlp
+from test_data_servers import s3_server  # noqa: F401  (fixture)
+
+from madengine.bench.backends import get_backend
+
+FAST = ("--warmup", "1", "--iterations", "3", "--threads", "1")
+CPU = "onnxruntime-cpu-opt-disabled,onnxruntime-cpu-opt-all,openvino-cpu,tvm-relax-llvm"
+
+
+def _require_backends(*ids: str) -> None:
+    for backend in ids:
+        hint = get_backend(backend).missing()
+        require_service(backend, hint is None, f"{hint}; scripts/test.sh installs madengine[all]")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Real architectures exported to ONNX here (small images: an untuned TVM build stays quick)."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        require_service("torch and transformers", False, f"pip install 'madengine[torch]' ({exc})")
+    from madengine.bench.scorecard import examples
+
+    folder = tmp_path_factory.mktemp("scorecard_models")
+    return {
+        "resnet18": examples.build_resnet18(folder / "resnet18.onnx", image_size=32),
+        "mobilenet_tf": examples.build_mobilenet_v2(folder / "mobilenet_tf.onnx", image_size=32, tf_padding=True),
+        "bert": examples.build_bert(folder / "bert.onnx", sequence=16),
+    }
+
+
+def write_suite(path: Path, models: list[dict]) -> Path:
+    path.write_text(yaml.safe_dump({"models": models}, sort_keys=False))
+    return path
+
+
+def rows_of(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def cells_of(document: dict) -> dict[tuple[str, str], dict]:
+    return {(m["model"], c["backend"]): c for m in document["models"] for c in m["cells"]}
+
+
+# -- the real models on every CPU backend ----------------------------------------------------------
+def test_real_models_on_every_cpu_backend(cli, models, tmp_path):
+    _require_backends(*CPU.split(","))
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"set": "vision", "name": "resnet18", "version": 1, "path": str(models["resnet18"])},
+        {"set": "vision", "name": "mobilenet_tf", "path": str(models["mobilenet_tf"]),
+         "backends": ["onnxruntime-cpu-opt-all", "tvm-relax-llvm"]},
+        {"set": "nlp", "name": "bert", "path": str(models["bert"]), "$axes": {"batch": 2, "sequence": 16},
+         "backends": ["onnxruntime-cpu-opt-all", "openvino-cpu"], "tolerance": {"atol": 1e-4, "rtol": 1e-3}},
+    ])
+    perf, page = tmp_path / "perf.csv", tmp_path / "scorecard.html"
+    db = tmp_path / "results.db"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--html", str(page), "--json",
+                 "--runs-dir", str(tmp_path / "runs"), "--db-url", f"sqlite:///{db}")
+    assert result.code == 0, result
+    document = json.loads(result.stdout)
+    cells = cells_of(document)
+    # every backend computed ResNet-18 within the default tolerance, timed by the harness
+    for backend in CPU.split(","):
+        cell = cells[("vision/resnet18@1", backend)]
+        assert cell["status"] == "PASS", cell
+        assert cell["stats"]["n"] == 3 and cell["prepare_ms"] > 0 and cell["first_inference_ms"] > 0
+        assert cell["ratio"] > 0 and cell["version"]
+    reference = cells[("vision/resnet18@1", "onnxruntime-cpu-opt-disabled")]
+    assert reference["reference"] and reference["ratio"] == pytest.approx(1.0)
+    assert cells[("vision/resnet18@1", "onnxruntime-cpu-opt-all")]["check"]["output"] == "logits"
+    # TensorFlow-style padding: a Pad with dynamic pads, which TVM's ONNX frontend lacks
+    tvm = cells[("vision/mobilenet_tf", "tvm-relax-llvm")]
+    assert tvm["status"] == "UNSUPPORTED" and tvm["operator"] == "Pad" and "Dynamic pads" in tvm["reason"]
+    assert cells[("vision/mobilenet_tf", "onnxruntime-cpu-opt-all")]["status"] == "PASS"
+    # per-model backends (the reference always runs first); $axes filled the dynamic axes
+    bert = [m for m in document["models"] if m["model"] == "nlp/bert"][0]
+    assert [c["backend"] for c in bert["cells"]] == ["onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-all",
+                                                     "openvino-cpu"]
+    assert bert["input_shapes"] == "input_ids=2,16;attention_mask=2,16" and bert["rtol"] == 1e-3
+    assert all(c["status"] == "PASS" for c in bert["cells"])
+    # the terminal grid (stderr with --json)
+    assert "vision/resnet18@1" in result.stderr and "PASS R" in result.stderr and "UNSUPPORTED" in result.stderr
+    assert "vision/mobilenet_tf × tvm-relax-llvm: UNSUPPORTED: operator Pad" in result.stderr
+    # perf.csv: one row per model × backend, the backend in each row
+    rows = rows_of(perf)
+    assert len(rows) == 4 + 3 + 3
+    assert {(r["model"], r["backend"]) for r in rows} == set(cells)
+    resnet_all = [r for r in rows if r["model"] == "vision/resnet18@1" and r["backend"] == "onnxruntime-cpu-opt-all"][0]
+    assert (resnet_all["status"], resnet_all["metric"], resnet_all["scorecard_status"]) == \
+        ("SUCCESS", "samples_per_second", "PASS")
+    assert float(resnet_all["latency_ratio"]) > 0 and resnet_all["reference_backend"] == "onnxruntime-cpu-opt-disabled"
+    assert resnet_all["executor"] == "scorecard" and resnet_all["gpu_vendor"] == "CPU"
+    skipped = [r for r in rows if r["backend"] == "tvm-relax-llvm" and r["model"] == "vision/mobilenet_tf"][0]
+    assert skipped["status"] == "SKIPPED" and skipped["reason"].startswith("UNSUPPORTED: operator Pad")
+    # the same rows in the results database
+    from madengine.database import fetch_run
+
+    stored = fetch_run(f"sqlite:///{db}", document["run_id"])
+    assert sorted((r["model"], r["backend"]) for r in stored) == sorted((r["model"], r["backend"]) for r in rows)
+    # the HTML page: self-contained, coloured by status
+    html = page.read_text()
+    assert 'class="cell pass"' in html and 'class="cell unsupported"' in html and "tvm-relax-llvm" in html
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+
+
+def test_zero_tolerance_on_a_float_model_is_a_mismatch_and_exit_1(cli, models, tmp_path):
+    """onnxruntime's graph optimisations change float arithmetic (fused convolutions): with
+    atol = rtol = 0 the answer differs from the unoptimised reference, and it must never look green."""
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"name": "resnet18", "path": str(models["resnet18"]), "tolerance": {"atol": 0, "rtol": 0},
+         "backends": ["onnxruntime-cpu-opt-all"]}])
+    perf, page = tmp_path / "perf.csv", tmp_path / "page.html"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--html", str(page), "--runs-dir",
+                 str(tmp_path / "runs"))
+    assert result.code == 1, result
+    row = [r for r in rows_of(perf) if r["backend"] == "onnxruntime-cpu-opt-all"][0]
+    assert (row["status"], row["scorecard_status"], row["performance"]) == ("FAILURE", "MISMATCH", "")
+    assert row["reason"].startswith("MISMATCH: output 'logits': max abs error ")
+    assert row["check_output"] == "logits" and float(row["max_abs_error"]) > 0 and row["atol"] == "0.0"
+    assert "MISMATCH" in result.stdout and "1 MISMATCH" in result.stderr
+    assert 'class="cell mismatch"' in page.read_text()
+
+
+def test_perturbed_graph_is_a_mismatch_with_the_output_named(cli, tmp_path, monkeypatch):
+    """A backend given a deliberately different graph: the suite's --atol/--rtol flags apply, the
+    onnx reference evaluator is the reference, and the cell names the output and the errors."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = build_mlp(tmp_path / "mlp.onnx")
+    graph = onnx.load(str(model))
+    bias = numpy_helper.to_array(graph.graph.initializer[1]).copy()
+    bias[3] += 0.5  # one output column off by 0.5
+    graph.graph.initializer[1].CopyFrom(numpy_helper.from_array(bias, "b"))
+    onnx.save(graph, str(tmp_path / "perturbed.onnx"))
+    # the reference evaluator computes the original file; the backend runs the perturbed one under the same name
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 2}, "reference": "onnx-reference",
+         "backends": ["onnxruntime-cpu-opt-all"]}])
+    perf = tmp_path / "perf.csv"
+    ok = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert ok.code == 0, ok
+    cells = cells_of(json.loads(ok.stdout))
+    assert list(cells) == [("mlp", "onnxruntime-cpu-opt-all")]  # the oracle is not a timed cell
+    assert cells[("mlp", "onnxruntime-cpu-opt-all")]["status"] == "PASS"
+    from madengine.bench.backends import cell as cell_module
+
+    original = cell_module.run_cell
+
+    def run_perturbed(backend, model_path, *args, **kwargs):
+        swapped = tmp_path / "perturbed.onnx" if backend == "onnxruntime-cpu-opt-all" else model_path
+        return original(backend, swapped, *args, **kwargs)
+
+    from madengine.bench.scorecard import runner
+
+    monkeypatch.setattr(runner, "run_cell", run_perturbed)
+    bad = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), "--json",
+              "--atol", "0.1", "--rtol", "0")
+    assert bad.code == 1, bad
+    cell = cells_of(json.loads(bad.stdout))[("mlp", "onnxruntime-cpu-opt-all")]
+    assert cell["status"] == "MISMATCH" and cell["check"]["output"] == "y"
+    assert cell["check"]["max_abs_error"] == pytest.approx(0.5, rel=1e-5) and cell["check"]["atol"] == 0.1
+    assert "output 'y': max abs error 0.5" in cell["reason"] and "at index [0, 3]" in cell["reason"]
+
+
+# -- problems: sha256, GPU, not installed, bad input -------------------------------------------------
+def test_sha256_mismatch_stops_that_model_only(cli, tmp_path):
+    build_mlp(tmp_path / "mlp.onnx")
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"name": "tampered", "path": "mlp.onnx", "sha256": "0" * 64, "$axes": {"batch": 2}},
+        {"name": "fine", "path": "mlp.onnx", "$axes": {"batch": 2}, "backends": ["onnxruntime-cpu-opt-all"]}])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"),
+                 "--backends", "onnxruntime-cpu-opt-all")
+    assert result.code == 1, result
+    rows = rows_of(perf)
+    tampered = [r for r in rows if r["model"] == "tampered"]
+    assert tampered and all(r["status"] == "FAILURE" and "sha256 mismatch" in r["reason"] and r["latency_n"] == ""
+                            for r in tampered)
+    assert {r["scorecard_status"] for r in rows if r["model"] == "fine"} == {"PASS"}
+
+
+def test_gpu_backends_without_a_gpu_are_unsupported_cells(cli, tmp_path):
+    """No GPU on this machine (nor CI's): each GPU backend is an UNSUPPORTED cell (SKIPPED row) with the
+    reason, the CPU cells still run, and the command succeeds."""
+    build_mlp(tmp_path / "mlp.onnx")
+    suite = write_suite(tmp_path / "suite.yaml", [{"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 2}}])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"),
+                 "--backends", "onnxruntime-cuda,onnxruntime-tensorrt,openvino-gpu", "--json")
+    cells = cells_of(json.loads(result.stdout))
+    gpu = [cells[("mlp", b)] for b in ("onnxruntime-cuda", "onnxruntime-tensorrt", "openvino-gpu")]
+    if all(c["status"] == "PASS" for c in gpu):
+        pytest.skip("this machine has a working GPU stack (CI has none: there this test checks UNSUPPORTED)")
+    assert result.code == 0, result
+    for cell in gpu:
+        assert cell["status"] == "UNSUPPORTED" and ("does not offer" in cell["reason"] or "no GPU" in cell["reason"]
+                                                     or "not installed" in cell["reason"]), cell
+    assert {r["status"] for r in rows_of(perf) if r["backend"] != "onnxruntime-cpu-opt-disabled"} == {"SKIPPED"}
+
+
+def test_a_backend_that_is_not_installed_is_one_clear_cell(tmp_path):
+    """A real process whose Python cannot import openvino (blocked in sys.modules)."""
+    build_mlp(tmp_path / "mlp.onnx")
+    suite = write_suite(tmp_path / "suite.yaml", [{"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 2}}])
+    code = ("import sys; sys.modules['openvino'] = None; from madengine.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "scorecard", str(suite), *FAST, "--backends", "openvino-cpu",
+                           "-o", str(tmp_path / "perf.csv"), "--runs-dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    assert "UNSUPPORTED (not installed)" in done.stdout
+    assert "openvino-cpu is not installed (pip install openvino)" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, entry, words", [
+    (["--backends", "tvm"], {}, "--backends: unknown backend 'tvm'"),
+    (["--backends", "onnx-reference"], {}, "onnx-reference is a correctness oracle"),
+    ([], {"backends": ["openvino"]}, "unknown backend(s) openvino"),
+    ([], {"tolerance": {"atol": -1}}, "tolerance.atol must be a finite number of 0 or more"),
+    ([], {"tolerance": {"abs": 1}}, "'tolerance' must map atol and/or rtol"),
+    ([], {"reference": "tvm-relax-llvm"}, "reference must be one of"),
+    ([], {"url": "https://example.invalid/m.onnx", "path": None}, "is not fetchable"),
+    ([], {"$axes": {}}, "dimension 0 ('batch') is dynamic and has no value"),
+    (["--image", "madengine-no-such-image-x1:none"], {}, "image madengine-no-such-image-x1:none is not present"),
+])
+def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, entry, words):
+    build_mlp(tmp_path / "mlp.onnx")
+    item = {"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 2}, **entry}
+    item = {k: v for k, v in item.items() if v is not None}
+    if args[:1] == ["--image"]:
+        from conftest import docker_engine_available
+
+        require_service("Docker engine", docker_engine_available(), "run scripts/docker-up.sh")
+    suite = write_suite(tmp_path / "suite.yaml", [item])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), *args)
+    assert result.code == 2, result
+    assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1 and not perf.exists()
+
+
+def test_suite_tolerance_and_backends_parse_property():
+    """Property: any finite non-negative atol/rtol (numbers or numeric text) round-trips; anything
+    negative, infinite or non-numeric is a one-line ConfigError naming the model."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from madengine.bench.backends import BACKEND_IDS
+    from madengine.bench.suite import backends_from, tolerance_from
+    from madengine.core.errors import ConfigError
+
+    good = st.floats(0, 1e6, allow_nan=False)
+
+    @settings(max_examples=500 if IN_CI else 100, derandomize=True, deadline=None)
+    @given(st.dictionaries(st.sampled_from(["atol", "rtol"]), st.one_of(good, good.map(repr)), min_size=1),
+           st.lists(st.sampled_from(BACKEND_IDS), max_size=4), st.one_of(st.floats(max_value=-1e-9), st.just("x"),
+                                                                       st.just(float("inf")), st.none()))
+    def check(tolerance, backends, bad):
+        parsed = tolerance_from(tolerance, "suite.yaml", "model 'm'")
+        assert parsed == {k: float(v) for k, v in tolerance.items()}
+        assert backends_from(backends, "suite.yaml", "model 'm'") == backends
+        with pytest.raises(ConfigError, match="model 'm'"):
+            tolerance_from({"atol": bad}, "suite.yaml", "model 'm'")
+
+    check()
+
+
+# -- a model named by URL, fetched through the S3 provider ----------------------------------------
+def test_url_model_is_fetched_through_the_s3_provider_and_checked(cli, tmp_path, s3_server, monkeypatch):  # noqa: F811
+    model = build_mlp(tmp_path / "mlp.onnx")
+    bucket = f"scorecard-{uuid.uuid4().hex[:8]}"
+    s3_server.put_tree(bucket, {"models/mlp.onnx": model.read_bytes()})
+    monkeypatch.setenv("MAD_AWS_S3", json.dumps({"USERNAME": "AKIDTEST", "PASSWORD": "s3-secret-value",
+                                                 "AWS_ENDPOINT_URL_S3": s3_server.endpoint, "REGION": "us-east-1"}))
+    monkeypatch.setenv("MADENGINE_CACHE_DIR", str(tmp_path / "cache"))
+    import hashlib
+
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"name": "remote", "url": f"s3://{bucket}/models/mlp.onnx", "sha256": digest, "$axes": {"batch": 2},
+         "backends": ["onnxruntime-cpu-opt-all"]},
+        {"name": "remote_bad", "url": f"s3://{bucket}/models/mlp.onnx", "sha256": "f" * 64, "$axes": {"batch": 2},
+         "backends": ["onnxruntime-cpu-opt-all"]}])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), "--json")
+    assert result.code == 1, result  # remote_bad's sha256 does not match: its cells are ERROR
+    document = json.loads(result.stdout)
+    remote = [m for m in document["models"] if m["model"] == "remote"][0]
+    assert remote["sha256"] == digest and Path(remote["path"]).is_relative_to(tmp_path / "cache" / "models")
+    assert {c["status"] for c in remote["cells"]} == {"PASS"}
+    bad = [m for m in document["models"] if m["model"] == "remote_bad"][0]
+    assert "sha256 mismatch" in bad["problem"] and {c["status"] for c in bad["cells"]} == {"ERROR"}
+    assert "s3-secret-value" not in result.stderr + result.stdout + perf.read_text()
+
+
+# -- --image: every cell in a container through the docker executor ----------------------------------
+IMAGE_DOCKERFILE = """\
+FROM {base}
+# The base image has python3 + numpy but no pip: a wheel is a zip file, so the stdlib unpacks it.
+COPY wheels/ /tmp/wheels/
+RUN site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \\
+ && for wheel in /tmp/wheels/*.whl; do python3 -m zipfile -e "$wheel" "$site"; done \\
+ && rm -rf /tmp/wheels
+"""
+
+
+def _download_wheels(target: Path, python_version: str, requirements: list[str]) -> None:
+    import platform
+
+    arch = platform.machine()
+    platforms = [f"--platform=manylinux_2_{minor}_{arch}" for minor in range(17, 37)] + \
+        [f"--platform=manylinux2014_{arch}"]
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", *requirements, "--no-deps",
+                           "--only-binary=:all:", f"--python-version={python_version}", "--implementation=cp",
+                           *platforms, "-d", str(target)], capture_output=True, text=True, timeout=600)
+    require_service("PyPI (wheels for the test image)", done.returncode == 0,
+                    f"pip download failed: {done.stderr.strip()[-300:]}")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_image_runs_every_cell_in_a_container(cli, tmp_path, docker_client, docker_cleanup):
+    import onnxruntime
+    import openvino
+
+    image = f"madengine-scorecard-test-{uuid.uuid4().hex[:8]}"
+    docker_cleanup += [image, "scorecard_"]
+    python_version = docker_client.containers.run(
+        BASE_IMAGE, ["python3", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        remove=True).decode().strip()
+    context = tmp_path / "image"
+    version = openvino.__version__.split("-")[0]
+    _download_wheels(context / "wheels", python_version,
+                     [f"onnxruntime=={onnxruntime.__version__}", f"openvino=={version}", "openvino-telemetry"])
+    (context / "Dockerfile").write_text(IMAGE_DOCKERFILE.format(base=BASE_IMAGE))
+    docker_client.images.build(path=str(context), tag=image, rm=True, pull=False)
+    build_mlp(tmp_path / "mlp.onnx", hidden=64)
+    suite = write_suite(tmp_path / "suite.yaml", [{"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 4}}])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), "--json",
+                 "--image", image, "--backends", CPU)
+    assert result.code == 0, result
+    document = json.loads(result.stdout)
+    assert document["image"] == image
+    cells = cells_of(document)
+    for backend in ("onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-all", "openvino-cpu"):
+        assert cells[("mlp", backend)]["status"] == "PASS", cells[("mlp", backend)]
+        assert cells[("mlp", backend)]["stats"]["n"] == 3
+    tvm = cells[("mlp", "tvm-relax-llvm")]  # not installed in the image: one clear cell
+    assert tvm["status"] == "UNSUPPORTED" and f"not installed (pip install apache-tvm) in image {image}" in tvm["reason"]
+    rows = rows_of(perf)
+    assert {r["executor"] for r in rows} == {"docker"} and {r["docker_image"] for r in rows} == {image}
+    assert cells[("mlp", "onnxruntime-cpu-opt-all")]["version"] == onnxruntime.__version__
+    leftover = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("container_scorecard_")]
+    assert not leftover  # every cell's container is removed

@@ -1,0 +1,315 @@
+"""madengine.stats: distributions, descriptive summaries, two-sample comparison and change points.
+
+Known values, and cross-checks against scipy/numpy (test-only dependencies: madengine never imports
+them), plus Hypothesis properties of the ``perf_samples`` parser.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy
+import pytest
+import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import IN_CI
+from madengine.results.samples import parse_samples, row_samples, sample_columns, samples_text
+from madengine.stats import changepoint, compare, distributions, summary
+
+STATS_DIR = Path(summary.__file__).resolve().parent
+EXAMPLES = 500 if IN_CI else 200
+EXTREMES = (5e-324, 0.0, -1.0, 1e308, 1.7e308, -1.7e308)
+
+
+# --- portability ---------------------------------------------------------------------------------
+
+def test_stats_package_imports_only_the_standard_library():
+    import sys
+
+    for path in STATS_DIR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                assert top == "__future__" or top in sys.stdlib_module_names, f"{path.name} imports {name}"
+
+
+# --- distributions ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("df", [1, 2, 3.5, 4, 9, 30, 1000, 1e8])
+def test_student_t_matches_scipy(df):
+    rel = 1e-9 if df < 1e7 else 1e-6  # beyond 1e7 degrees of freedom the normal distribution stands in
+    for t in (-40.0, -3.0, -1.0, -0.1, 0.0, 0.5, 2.0, 12.7, 300.0):
+        assert distributions.t_cdf(t, df) == pytest.approx(scipy.stats.t.cdf(t, df), rel=rel, abs=1e-15)
+        assert distributions.t_two_sided_p(t, df) == pytest.approx(2 * scipy.stats.t.sf(abs(t), df), rel=rel,
+                                                                   abs=1e-15)
+    for p in (0.001, 0.025, 0.5, 0.9, 0.975, 0.9995):
+        assert distributions.t_ppf(p, df) == pytest.approx(scipy.stats.t.ppf(p, df), rel=rel, abs=1e-12)
+
+
+def test_incomplete_beta_matches_scipy():
+    import scipy.special
+
+    for a, b, x in ((0.5, 0.5, 0.3), (2, 3, 0.9), (10, 0.5, 0.99), (100, 0.5, 0.2), (0.5, 7, 1e-6)):
+        assert distributions.betainc(a, b, x) == pytest.approx(scipy.special.betainc(a, b, x), rel=1e-10)
+
+
+@pytest.mark.parametrize("m, n", [(1, 1), (3, 3), (4, 7), (6, 6), (2, 11)])
+def test_exact_mann_whitney_distribution_by_enumeration(m, n):
+    """Every way to interleave m and n distinct values, counted by U (scipy's exact p-values are
+    compared in test_mann_whitney_matches_scipy_exact_and_asymptotic)."""
+    import itertools
+    from collections import Counter
+
+    tally: Counter[int] = Counter()
+    for chosen in itertools.combinations(range(m + n), m):  # positions of the first sample in the ranking
+        tally[sum(position - rank for rank, position in enumerate(chosen))] += 1
+    counts = distributions.mann_whitney_counts(m, n)
+    assert list(counts) == [tally[u] for u in range(m * n + 1)]
+    assert distributions.mann_whitney_cdf(m * n / 2, m, n) == pytest.approx(
+        sum(tally[u] for u in range(int(m * n / 2) + 1)) / math.comb(m + n, m))
+
+
+# --- summary ---------------------------------------------------------------------------------------
+
+def test_summary_known_values():
+    s = summary.summarize([3.0, 1.0, 2.0, 4.0, 10.0])
+    assert (s.n, s.mean, s.median, s.minimum, s.maximum) == (5, 4.0, 3.0, 1.0, 10.0)
+    assert s.stddev == pytest.approx(numpy.std([1, 2, 3, 4, 10], ddof=1))
+    assert s.cv == pytest.approx(s.stddev / 4.0)
+    low, high = scipy.stats.t.interval(0.95, 4, loc=4.0, scale=s.stddev / math.sqrt(5))
+    assert (s.ci95_low, s.ci95_high) == (pytest.approx(low), pytest.approx(high))
+    assert s.outliers == 1  # 10 is beyond Q3 + 1.5·IQR
+
+
+def test_single_sample_has_no_spread():
+    s = summary.summarize([7.5])
+    assert (s.n, s.mean, s.median, s.stddev, s.cv, s.ci95_low, s.ci95_high) == (1, 7.5, 7.5, None, None, None, None)
+
+
+def test_percentiles_match_numpy():
+    values = sorted(numpy.random.default_rng(3).normal(size=41).tolist())
+    for q in (0, 1, 12.5, 25, 50, 90, 95, 99, 100):
+        assert summary.percentile(values, q) == pytest.approx(float(numpy.percentile(values, q)))
+
+
+def test_summaries_of_extreme_figures_never_raise():
+    for values in ([*EXTREMES], [1.7e308] * 3, [-1.7e308, 1.7e308], [5e-324, 5e-324], [0.0, 0.0]):
+        s = summary.summarize(values)
+        assert s.n == len(values) and s.minimum == min(values) and s.maximum == max(values)
+        assert math.isfinite(s.mean) and min(values) <= s.median <= max(values)
+    assert summary.summarize([1.7e308, 1.7e308]).mean == 1.7e308
+    assert summary.summarize([0.0, 0.0]).cv is None  # a mean of 0 has no CV
+    with pytest.raises(ValueError):
+        summary.summarize([])
+    with pytest.raises(ValueError):
+        summary.summarize([1.0, float("nan")])
+
+
+def test_stability_warnings_follow_pyperf():
+    assert summary.stability_warnings(summary.summarize([100.0, 101.0, 99.0])) == []
+    notes = summary.stability_warnings(summary.summarize([100.0, 150.0, 60.0, 300.0]), what="repeat")
+    assert any(n.startswith("unstable: the standard deviation is") for n in notes)
+    assert any("the largest repeat is" in n for n in notes)
+    assert summary.UNSTABLE_CV == 0.10
+
+
+# --- compare -----------------------------------------------------------------------------------------
+
+def _pairs(rng: random.Random, m: int, n: int, ties: bool):
+    digits = 0 if ties else 6
+    old = [round(rng.gauss(10, 2), digits) for _ in range(m)]
+    new = [round(rng.gauss(11, 2), digits) for _ in range(n)]
+    return old, new
+
+
+def test_mann_whitney_matches_scipy_exact_and_asymptotic():
+    rng = random.Random(5)
+    for trial in range(200):
+        old, new = _pairs(rng, rng.randint(1, 14), rng.randint(1, 14), ties=trial % 2 == 0)
+        ours = compare.mann_whitney(old, new)
+        method = "exact" if ours.exact else "asymptotic"
+        theirs = scipy.stats.mannwhitneyu(new, old, alternative="two-sided", method=method)
+        assert ours.u == pytest.approx(theirs.statistic)
+        assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-9, abs=1e-15), (old, new, method)
+
+
+def test_hodges_lehmann_and_moses_interval_against_brute_force():
+    rng = random.Random(9)
+    for _ in range(50):
+        old, new = _pairs(rng, rng.randint(4, 12), rng.randint(4, 12), ties=False)
+        differences = sorted(y - x for x in old for y in new)
+        estimate, low, high = compare.hodges_lehmann(old, new)
+        assert estimate == pytest.approx(float(numpy.median(differences)))
+        # Moses: the k-th smallest and largest difference, k from the exact U distribution
+        k = 0
+        while distributions.mann_whitney_cdf(k, len(old), len(new)) <= 0.025:
+            k += 1
+        assert (low, high) == (differences[k - 1], differences[-k])
+
+
+def test_large_samples_use_selection_not_all_pairs(monkeypatch):
+    rng = random.Random(1)
+    old, new = [rng.gauss(0, 1) for _ in range(60)], [rng.gauss(0.3, 1) for _ in range(70)]
+    exact = compare.hodges_lehmann(old, new, exact=False)
+    monkeypatch.setattr(compare, "_SORT_LIMIT", 10)  # force the bisection path
+    assert compare.hodges_lehmann(old, new, exact=False) == pytest.approx(exact, rel=1e-12)
+
+
+def test_verdicts_follow_the_direction_of_the_metric():
+    old = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8, 100.1]
+    slower_times = [v * 1.10 for v in old]
+    assert compare.compare_samples(old, slower_times, lower_is_better=True).verdict == "slower"
+    assert compare.compare_samples(old, slower_times, lower_is_better=False).verdict == "faster"
+    result = compare.compare_samples(old, slower_times, lower_is_better=True)
+    assert result.ratio == pytest.approx(1.10) and result.ci_low <= 1.10 <= result.ci_high
+    assert result.p_value < compare.ALPHA and result.scale == "log"
+
+
+def test_fewer_than_three_samples_is_always_inconclusive():
+    for old, new in (([1.0], [100.0]), ([1.0, 1.0], [9.0, 9.0, 9.0]), ([], [1.0, 2.0, 3.0])):
+        result = compare.compare_samples(old, new, lower_is_better=False)
+        assert result.verdict == "inconclusive" and "fewer than 3" in result.reason
+    # three a side: the smallest possible p is 0.1, so never a call, whatever the figures
+    assert compare.compare_samples([1.0, 1.1, 1.2], [9.0, 9.1, 9.2], lower_is_better=False).verdict == "inconclusive"
+
+
+def test_unchanged_needs_a_tight_interval_and_threshold_is_the_minimum_effect():
+    base = [100.0 + k * 0.01 for k in range(20)]
+    same = [v * 1.001 for v in base]
+    assert compare.compare_samples(base, same, lower_is_better=False).verdict == "unchanged"
+    small = [v * 1.02 for v in base]  # significant, but 2 % < the default 3 %
+    assert compare.compare_samples(base, small, lower_is_better=False).verdict in ("unchanged", "inconclusive")
+    assert compare.compare_samples(base, small, lower_is_better=False, min_effect=0.01).verdict == "faster"
+    noisy_old = [100.0, 60.0, 140.0, 80.0, 120.0]
+    noisy_new = [101.0, 59.0, 142.0, 79.0, 121.0]
+    assert compare.compare_samples(noisy_old, noisy_new, lower_is_better=False).verdict == "inconclusive"
+    assert compare.compare_samples([5.0] * 4, [5.0] * 4, lower_is_better=True).verdict == "unchanged"
+
+
+def test_zero_negative_and_extreme_figures_compare_without_error():
+    loss_old, loss_new = [-2.0, -2.1, -1.9, -2.05, -1.95, -2.0], [-1.0, -1.1, -0.9, -1.05, -0.95, -1.0]
+    result = compare.compare_samples(loss_old, loss_new, lower_is_better=True)
+    assert result.scale == "linear" and result.verdict == "slower"  # a loss rising toward 0 got worse
+    zero = compare.compare_samples([0.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0], lower_is_better=True)
+    assert zero.ratio is None and zero.verdict == "slower"
+    huge = compare.compare_samples([5e-324] * 4, [1.7e308] * 4, lower_is_better=False)
+    assert huge.verdict == "faster" and huge.ratio == math.inf
+    mixed = compare.compare_samples(list(EXTREMES), list(reversed(EXTREMES)), lower_is_better=False)
+    assert mixed.verdict in compare.VERDICTS
+    with pytest.raises(ValueError):
+        compare.compare_samples([1.0, 2.0, math.nan], [1.0, 2.0, 3.0], lower_is_better=False)
+
+
+# --- change points ---------------------------------------------------------------------------------
+
+def _energy(xs, tau):
+    left, right = xs[:tau], xs[tau:]
+    l, r, m = len(left), len(right), len(xs)
+    between = sum(abs(a - b) for a in left for b in right)
+    within_l = sum(abs(left[i] - left[j]) for i in range(l) for j in range(i))
+    within_r = sum(abs(right[i] - right[j]) for i in range(r) for j in range(i))
+    return l * r / m * (2 * between / (l * r) - 2 * within_l / (l * (l - 1)) - 2 * within_r / (r * (r - 1)))
+
+
+def test_best_split_is_the_e_divisive_maximum():
+    rng = random.Random(4)
+    for _ in range(60):
+        xs = [round(rng.gauss(0, 1), 1) + (2 if i > 9 else 0) for i in range(rng.randint(8, 30))]
+        found = changepoint.best_split(xs)
+        scale = max(abs(v) for v in xs)
+        scaled = [v / scale for v in xs]
+        energies = {tau: _energy(scaled, tau) for tau in range(3, len(xs) - 2)}
+        best = max(energies.values())
+        if best <= 0:  # nothing divides the series
+            assert found is None
+            continue
+        assert found is not None and energies[found[0]] == pytest.approx(best) and found[1] == pytest.approx(best)
+
+
+def test_student_t_test_matches_scipy():
+    rng = random.Random(8)
+    for _ in range(30):
+        a = [rng.gauss(0, 1) for _ in range(rng.randint(3, 20))]
+        b = [rng.gauss(0.5, 2) for _ in range(rng.randint(3, 20))]
+        assert changepoint.student_p(a, b) == pytest.approx(scipy.stats.ttest_ind(a, b).pvalue, rel=1e-9)
+
+
+def test_detects_steps_with_size_confidence_and_segments():
+    rng = random.Random(11)
+    xs = [rng.gauss(100, 1) for _ in range(30)] + [rng.gauss(110, 1) for _ in range(20)] \
+        + [rng.gauss(95, 1) for _ in range(25)]
+    changes = changepoint.detect(xs)
+    assert [c.index for c in changes] == [30, 50]
+    first, second = changes
+    assert first.size == pytest.approx(0.10, abs=0.01) and second.size == pytest.approx(-0.136, abs=0.01)
+    assert first.confidence > 0.999 and first.before.n == 30 and first.after.n == 20 and second.after.n == 25
+    assert changepoint.current_segment(xs) == xs[50:]
+
+
+def test_flat_short_constant_and_extreme_series_have_no_false_changes():
+    rng = random.Random(12)
+    assert changepoint.detect([rng.gauss(100, 2) for _ in range(60)]) == []
+    assert changepoint.detect([1.0, 2.0, 3.0, 4.0, 5.0]) == []  # too short: 3 runs a side needed
+    assert changepoint.detect([7.0] * 40) == []
+    steps = changepoint.detect([5e-324] * 4 + [1.7e308] * 4)
+    assert [c.index for c in steps] == [4] and steps[0].size is not None
+    assert changepoint.detect([-1.7e308] * 4 + [1.7e308] * 4)[0].size > 0  # rising from a negative figure
+    assert changepoint.detect([0.0] * 4 + [1.0] * 4)[0].size is None  # from 0: no relative size
+    with pytest.raises(ValueError):
+        changepoint.detect([1.0, math.inf, 2.0])
+
+
+# --- perf_samples cells ----------------------------------------------------------------------------
+
+def test_sample_columns_of_a_repeated_result():
+    columns = sample_columns([10.0, 12.0, 11.0, 30.0], warmup_runs=2)
+    assert columns["performance"] == 11.5  # the median
+    assert columns["perf_n"] == "4" and columns["warmup_runs"] == "2"
+    assert float(columns["perf_mean"]) == 15.75 and float(columns["perf_min"]) == 10.0
+    assert json.loads(columns["perf_samples"]) == [10.0, 12.0, 11.0, 30.0]  # run order kept
+    assert float(columns["perf_ci95_low"]) < 15.75 < float(columns["perf_ci95_high"])
+    single = sample_columns([3.0])
+    assert single["perf_n"] == "1" and single["perf_stddev"] == single["perf_cv"] == single["perf_ci95_low"] == ""
+
+
+def test_row_samples_prefer_perf_samples_and_fall_back_to_performance():
+    assert row_samples({"performance": "5", "perf_samples": "[1, 2.5]"}) == [1.0, 2.5]
+    assert row_samples({"performance": "5", "perf_samples": ""}) == [5.0]
+    assert row_samples({"performance": "5", "perf_samples": "oops"}) == [5.0]  # reports keep going
+    with pytest.raises(ValueError, match="not JSON"):
+        row_samples({"performance": "5", "perf_samples": "oops"}, strict=True)
+    assert row_samples({"performance": "n/a"}) == []
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=30))
+def test_samples_cell_round_trips(values):
+    assert parse_samples(samples_text(values)) == values
+
+
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
+@given(st.text(max_size=60) | st.builds(json.dumps, st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=3))))
+def test_samples_parser_accepts_only_lists_of_finite_numbers(text):
+    try:
+        values = parse_samples(text)
+    except ValueError as exc:
+        assert str(exc).startswith("perf_samples")
+        return
+    assert all(isinstance(v, float) and math.isfinite(v) for v in values)
+    if text.strip():
+        data = json.loads(text)
+        assert isinstance(data, list) and len(data) == len(values)
