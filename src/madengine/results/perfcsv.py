@@ -167,7 +167,7 @@ def append_rows(path: Path, rows: Iterable[dict[str, str]]) -> Path:
     """Append plain rows (column → cell) to ``path``, creating it with the standard header."""
     path = Path(path)
     rows = list(rows)
-    with locked(path) as handle:
+    with csv_input_errors(path), locked(path) as handle:  # a folder or a non-UTF-8 file: one-line error
         handle.seek(0)
         first = handle.readline()
         header = _parse_header_line(first) if first.strip() else []
