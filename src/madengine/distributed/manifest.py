@@ -249,7 +249,8 @@ class ManifestImages:
     def targets(self, model: Model) -> list[Target]:
         failed = [Target(key=f.image or image_key(model.name, "unbuilt"), docker_file=f.dockerfile,
                          failure=f"not built: {f.reason}") for f in self.manifest.failures_of(model.name)]
-        built = [Target(key=e.image, docker_file=e.dockerfile, source=e) for e in self.manifest.images_of(model.name)]
+        built = [Target(key=e.image, docker_file=e.dockerfile, source=e, obtaining="fetching image")
+                 for e in self.manifest.images_of(model.name)]
         return failed + built
 
     def obtain(self, target: Target) -> ImageInfo:

@@ -34,6 +34,8 @@ class Target:
     failure: str = ""
     #: what the image source needs to obtain the image (build inputs, a manifest entry)
     source: Any = None
+    #: what obtaining the image is called in progress lines
+    obtaining: str = "building"
 
 
 @dataclasses.dataclass

@@ -214,12 +214,13 @@ class ModelRunner:
             yield from self._run_target(model, target, gpu_ids, slot.cpus if slot else [])
 
     @contextlib.contextmanager
-    def _phase(self, model: Model, name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
+    def _phase(self, model: Model, name: str, attributes: dict[str, Any] | None = None,
+               label: str = "") -> Iterator[Any]:
         """One phase of a model's run: a span of the trace and a progress event (none for the image
         and container phases of the local executor, which has neither)."""
         if self.executor.name != "local" or name not in (names.SPAN_IMAGE_BUILD, names.SPAN_CONTAINER_START):
             self.reporter.progress(Progress(PHASE, model=_label(model), index=self.positions.get(model.name, 0),
-                                            total=self.total, phase=PHASE_LABELS.get(name, name)))
+                                            total=self.total, phase=label or PHASE_LABELS.get(name, name)))
         with self.tracer.span(name, attributes) as span:
             yield span
 
@@ -231,7 +232,7 @@ class ModelRunner:
             yield self.failure(model, target.failure, **facts.values())
             return
         try:
-            with self._phase(model, names.SPAN_IMAGE_BUILD, {names.ATTR_IMAGE: target.key}):
+            with self._phase(model, names.SPAN_IMAGE_BUILD, {names.ATTR_IMAGE: target.key}, target.obtaining):
                 facts.image = self.executor.obtain_image(target)
         except (KeyboardInterrupt, EngineUnavailable) as exc:
             yield self.failure(model, f"{self.note_stop(exc)} during the image build", **facts.values())

@@ -44,7 +44,6 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
         from madengine.distributed.parallel import LockedReporter
 
         reporter = LockedReporter(reporter)
-    started = time.monotonic()
     tracer = start_tracer(options, host, reporter, run_id)
     summary = RunSummary(run_id=run_id, executor=options.executor, perf_csv=Path(options.output), run_dir=run_dir)
     try:
@@ -53,7 +52,6 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
             run_span.set_attribute(names.ATTR_EXECUTOR, summary.executor)
     finally:
         summary.trace = finish_tracer(tracer, options, run_dir, host, reporter)
-        reporter.progress(Progress(FINISH, total=len(selection.models), seconds=time.monotonic() - started))
     return summary
 
 
@@ -81,6 +79,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     reporter.message(f"madengine: run {summary.run_id}: {len(selection.models)} model(s), {executor.name} "
                      f"executor, {context.gpu_vendor} host ({context.gpu_architecture}); results → {options.output}")
     reporter.progress(Progress(START, total=runner.total, estimate=sum(runner.estimates.values()) or None))
+    started = time.monotonic()
     try:
         try:
             for record in _schedule(runner, selection, request.parallel.workers):
@@ -92,6 +91,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
         _record_not_run(summary, runner, selection, reporter)
     finally:
         _close(executor, summary, reporter)
+        reporter.progress(Progress(FINISH, total=runner.total, seconds=time.monotonic() - started))
     if runner.stopped is not None and runner.stopped.interrupted:
         summary.interrupted, summary.signal = runner.stopped.reason, runner.stopped.signal
 
