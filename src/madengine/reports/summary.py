@@ -113,9 +113,9 @@ class Summary:
 def as_float(text: str) -> float | None:
     try:
         value = float(text)
-    except ValueError:
+    except (TypeError, ValueError, OverflowError):
         return None
-    return None if math.isnan(value) or math.isinf(value) else value
+    return value if math.isfinite(value) else None
 
 
 def _samples(performance: str, samples_cell: str) -> list[float]:

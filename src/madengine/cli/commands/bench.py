@@ -52,12 +52,11 @@ def _count(minimum: int):
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be more than 0")
+    from madengine.core.values import MAX_TIMEOUT, seconds
+
+    value = seconds(text)
+    if not value:  # None (not a finite number up to MAX_TIMEOUT) or 0
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds (more than 0, at most {MAX_TIMEOUT})")
     return value
 
 

@@ -130,8 +130,18 @@ def _add_to_email(commands: argparse._SubParsersAction) -> None:
                       help="log in as USER with the password in MADENGINE_SMTP_PASSWORD [MADENGINE_SMTP_USER]")
     smtp.add_argument("--smtp-ssl", action="store_true",
                       help="implicit TLS (SMTPS); without it STARTTLS is used whenever the server offers it")
-    smtp.add_argument("--smtp-timeout", type=float, default=30.0, metavar="SECONDS", help="connection timeout")
+    smtp.add_argument("--smtp-timeout", type=_smtp_timeout, default=30.0, metavar="SECONDS",
+                      help="connection timeout")
     parser.set_defaults(handler=handle_to_email)
+
+
+def _smtp_timeout(text: str) -> float:
+    from madengine.core.values import seconds
+
+    value = seconds(text, maximum=3600)
+    if not value:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds (more than 0, at most 3600)")
+    return value
 
 
 def _recipients(values: list[str]) -> list[str]:
@@ -146,11 +156,14 @@ def smtp_settings(args: argparse.Namespace, environ) -> "SmtpSettings | None":
     host = args.smtp_host or environ.get("MADENGINE_SMTP_HOST", "")
     if not host:
         return None
-    port_text = str(args.smtp_port) if args.smtp_port is not None else environ.get("MADENGINE_SMTP_PORT", "")
-    try:
-        port = int(port_text) if port_text else (465 if args.smtp_ssl else 25)
-    except ValueError:
-        raise InputError(f"'{port_text}' is not a port number", path="MADENGINE_SMTP_PORT") from None
+    from madengine.core.values import port_number
+
+    from_flag = args.smtp_port is not None
+    port_text = str(args.smtp_port) if from_flag else environ.get("MADENGINE_SMTP_PORT", "")
+    port = port_number(port_text) if port_text else (465 if args.smtp_ssl else 25)
+    if port is None:
+        raise InputError(f"'{port_text}' is not a port number (1-65535)",
+                         path="--smtp-port" if from_flag else "MADENGINE_SMTP_PORT")
     user = args.smtp_user or environ.get("MADENGINE_SMTP_USER") or None
     password = environ.get("MADENGINE_SMTP_PASSWORD") or None
     if password:
@@ -184,12 +197,11 @@ def handle_to_email(args: argparse.Namespace, env: Environment) -> ExitStatus:
 DEFAULT_THRESHOLD_PERCENT = 3.0  # madengine.stats.compare.DEFAULT_MIN_EFFECT in percent (not imported: --help stays light)
 
 def _threshold(text: str) -> float:
-    try:
-        value = float(text.strip().rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a percentage") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
+    from madengine.core.values import seconds  # a finite non-negative number, like a duration
+
+    value = seconds(text.strip().rstrip("%"), maximum=float("inf"))
+    if value is None:
+        raise argparse.ArgumentTypeError(f"'{text}': must be 0 or more (a finite percentage)")
     return value
 
 
