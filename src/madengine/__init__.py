@@ -1,7 +1,7 @@
 """madengine: run AI models reliably in containers, measure them, record the results.
 
 The public surface is the command line (``madengine``) and the Python API in :mod:`madengine.api`
-(``madengine.benchmark_model``, ``madengine.benchmark_script``, ...), whose names are loaded on
+(``madengine.discover``, ``run``, ``bench``, ``read_results``, ``benchmark_model``, ...), whose names are loaded on
 first use so that ``import madengine`` stays fast. The packages below are the stages:
 catalog → context → execution → results → reports/database. See docs/architecture.md.
 """
@@ -9,8 +9,9 @@ catalog → context → execution → results → reports/database. See docs/arc
 __version__ = "2.0.0"
 
 #: names of :mod:`madengine.api` offered as ``madengine.<name>`` (loaded on first use)
-API_NAMES = ("benchmark_model", "benchmark_script", "BackendResult", "BuildInfo", "ModelInfo", "ModelResult",
-             "ScriptBenchSummary", "ScriptResult", "TensorInfo")
+API_NAMES = ("discover", "run", "bench", "read_results", "benchmark_model", "benchmark_script", "BackendResult",
+             "BuildInfo", "ModelInfo", "ModelResult", "Result", "Results", "RunSummary", "ScriptBenchSummary",
+             "ScriptResult", "TensorInfo")
 
 
 def __getattr__(name: str):

@@ -18,7 +18,7 @@ import os
 import posixpath
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from madengine.catalog.custom import CustomModel
 from madengine.catalog.schema import Model, model_from_entry
@@ -51,9 +51,9 @@ class Catalog:
         return fresh
 
 
-def model_root() -> Path:
+def model_root(environ: Mapping[str, str] | None = None) -> Path:
     """The model repository root: ``MODEL_DIR`` when set, else the current directory."""
-    return Path(os.environ.get("MODEL_DIR") or ".").resolve()
+    return Path((os.environ if environ is None else environ).get("MODEL_DIR") or ".").resolve()
 
 
 def _read_json(path: Path, root: Path) -> Any:

@@ -264,11 +264,11 @@ def credential_env(name: str, entry: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def apply_model_credentials(spec) -> None:
+def apply_model_credentials(spec, root: Path | None = None, environ: Mapping[str, str] | None = None) -> None:
     """Give a model with ``cred: NAME`` its entry as container environment variables (never
     build arguments, which would persist in the image history)."""
     model = spec.model
-    credentials = load_credentials()
+    credentials = load_credentials(credential_file(root), environ)
     entry = credentials.model_entry(model.cred, model.name)
     register_entry_secrets(entry)
     spec.env.update(credential_env(model.cred, entry))
@@ -397,10 +397,12 @@ def needs_credentials(model) -> bool:
     return bool(model.cred) or (bool(model.url) and _is_github(model.url))
 
 
-def git_environment(model) -> tuple[dict[str, str] | None, str, Callable[[], None]]:
+def git_environment(model, root: Path | None = None,
+                    environ: Mapping[str, str] | None = None) -> tuple[dict[str, str] | None, str, Callable[[], None]]:
     """(environment for git, URL to clone, cleanup) for cloning ``model.url`` on the host."""
     url, inline = _without_url_password(model.url)
-    entry, where = git_credential_entry(model, load_credentials()) if needs_credentials(model) else (None, "")
+    entry, where = git_credential_entry(model, load_credentials(credential_file(root), environ)) \
+        if needs_credentials(model) else (None, "")
     if entry is None and inline is not None:
         entry, where = inline, f"url of model '{model.name}'"
     if entry is None:

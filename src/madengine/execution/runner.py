@@ -289,7 +289,8 @@ class ModelRunner:
         if spec.model.url:
             from madengine.execution.gitsource import clone
 
-            spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path)
+            spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path, self.root,
+                                                    self.host.environ)
         if script_dir is not None:
             copy_tree(script_dir, spec.workdir / spec.model_cwd)
         for step in spec.steps:

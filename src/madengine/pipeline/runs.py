@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from madengine.catalog import model_root
 from madengine.context import Context, build_context
 from madengine.core.errors import InputError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
@@ -34,7 +35,8 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     if request.transport.manifest_file and options.executor == "local":
         raise InputError("a manifest run runs the manifest's images, which needs Docker", path="--executor",
                          hint="use --executor docker (or auto)")
-    selection = select(options.tags, request.transport.manifest_file)
+    selection = select(options.tags, request.transport.manifest_file,
+                       Path(options.root) if options.root else model_root(host.environ))
     if options.executor == "slurm":
         return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))
@@ -60,7 +62,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
         context = build_context(context_file=options.context_file, context_string=options.context_string)
-    check_inputs(selection.models, options, context, selection.catalog.root)
+    check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)
     summary.executor = executor.name
@@ -71,7 +73,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     runner = ModelRunner(options=options, context=context, root=selection.catalog.root, executor=executor,
                          records=records, reporter=reporter, host=host, run_id=summary.run_id,
                          extensions=run_extensions(selection.models, options, context, selection.catalog.root,
-                                                   executor.name, reporter, tracer),
+                                                   executor.name, reporter, host.environ, tracer),
                          tracer=tracer)
     runner.total = len(selection.models)
     runner.positions = {m.name: i for i, m in enumerate(selection.models, start=1)}

@@ -138,7 +138,6 @@ def summarize(table: PerfTable) -> Summary:
     Written as whole-column passes (comprehensions, Counter) rather than one loop doing
     everything: it is the hot path of a 100,000-row perf.html.
     """
-    models = table.column("model")
     statuses = [s.upper() for s in table.column("status")]
     performances = table.column("performance")
     metrics = table.column("metric")
