@@ -240,7 +240,8 @@ context_strings = st.one_of(
     documents(field(contexts)),
     contexts.filter(lambda v: not _has_raw(v)).map(repr),  # Python dict literals
     st.sampled_from(["{[]: 1}", "{gpu_vendor: AMD}", "{'a': __import__('os')}", "{1: 2}", "{b'k': 1}",
-                     "{'a': {1, 2}}", "{'a': 1j}", "{'a': (1, [2])}", "{'a': -'x'}", "{**{}}", "{'a': 1" + "0" * 5000 + "}",
+                     "{'a': {1, 2}}", "{'a': 1j}", "{'a': (1, [2])}", "{'a': -'x'}", "{**{}}",
+                     "{'a': 1" + "0" * 5000 + "}",
                      "{'a': " + "[" * 2000 + "]" * 2000 + "}", "{'a': lambda: 1}", "{'a': f'x'}"]))
 
 
