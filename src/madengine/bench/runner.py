@@ -5,6 +5,11 @@ sha256 checked), every provider is checked against what the installed onnxruntim
 every model's input shapes are resolved from its declared signature; only then does anything run.
 Each result is appended to perf.csv as soon as it exists. A model that fails to load or run gets a
 FAILURE row and the others still run.
+
+Trace: a ``madengine.bench`` span, a ``model`` span per model × provider (model, backend, status,
+figure, metric) with the harness's phases under it (session_create, first_inference, warmup,
+inference; ``profile`` with ORT's per-operator spans under its inference span), written to
+trace.json in the run folder after each result (see docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -23,11 +28,15 @@ from madengine.bench.columns import bench_columns, performance
 from madengine.bench.harness import HarnessError, HarnessInputError
 from madengine.bench.harness import engine
 from madengine.bench.harness.inputs import InputSpec, parse_axes, parse_shapes, resolve_shapes
+from madengine.bench.spans import PhaseSpans, add_ort_profile, model_attributes
 from madengine.bench.suite import ModelEntry, entry_from_path, load_suite
 from madengine.core.clock import utc_now
 from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
+from madengine.results.spans import describe_span
+from madengine.tracing import names
+from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
 METRICS = tuple(engine.METRICS)
 
@@ -54,6 +63,8 @@ class BenchRequest:
     use_cache: bool = True
     command_line: str = ""
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    trace: bool = True  # --no-trace turns it off
+    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
 
 @dataclasses.dataclass
@@ -72,6 +83,8 @@ class BenchSummary:
     perf_csv: Path
     run_dir: Path
     outcomes: list[BenchOutcome] = dataclasses.field(default_factory=list)
+    trace_id: str = ""  #: the trace of the command ("" with --no-trace)
+    trace: Any = None  #: how the trace was written (``tracing.FlushResult``)
 
     @property
     def failed(self) -> list[BenchOutcome]:
@@ -79,7 +92,14 @@ class BenchSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "perf_csv": str(self.perf_csv), "run_dir": str(self.run_dir),
+                "trace_id": self.trace_id, "trace": trace_file_text(self.trace),
                 "results": [_outcome_json(o) for o in self.outcomes]}
+
+
+def trace_file_text(flushed: Any) -> str | None:
+    """Where the trace.json of a command went (None: not written)."""
+    path = getattr(flushed, "path", None)
+    return str(path) if path else None
 
 
 def _outcome_json(outcome: BenchOutcome) -> dict[str, Any]:
@@ -116,16 +136,33 @@ def run_bench(request: BenchRequest, reporter: Reporter | None = None) -> BenchS
     summary = BenchSummary(run_id=run_id, perf_csv=Path(request.output), run_dir=Path(request.runs_dir) / run_id)
     reporter.message(f"madengine: bench {run_id}: {len(plans)} benchmark(s) on onnxruntime {ort.__version__}; "
                      f"results → {request.output}")
-    for plan in plans:
-        outcome = _bench_one(plan, request, summary, ort.__version__, reporter)
-        append_records(request.output, [outcome.record])
-        summary.outcomes.append(outcome)
-        record = outcome.record
-        reporter.message(f"madengine: {record.model} [{outcome.provider}]: {record.status}"
-                         + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
-        for warning in (outcome.result or {}).get("warnings", []):
-            reporter.message(f"madengine: warning: {record.model} [{outcome.provider}]: {warning}")
+    tracer = start_tracer(request, request.environ, reporter.message, run_id)
+    summary.trace_id = tracer.trace_id
+    try:
+        with tracer.span(names.SPAN_BENCH, {names.ATTR_RUN_ID: run_id, names.ATTR_EXECUTOR: "bench"}):
+            for plan in plans:
+                _bench_and_record(plan, request, summary, ort.__version__, reporter, tracer)
+                tracer_checkpoint(tracer, request, summary.run_dir, request.environ, reporter.message)
+    finally:
+        summary.trace = finish_tracer(tracer, request, summary.run_dir, request.environ, reporter.message)
     return summary
+
+
+def _bench_and_record(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
+                      reporter: Reporter, tracer: Any) -> None:
+    """One benchmark in its ``model`` span; its row goes to perf.csv at once."""
+    backend = f"onnxruntime-{engine.short_provider(plan.provider)}"
+    with tracer.span(names.SPAN_MODEL, model_attributes(plan.entry.name, backend, "bench")) as span:
+        outcome = _bench_one(plan, request, summary, ort_version, reporter, tracer)
+        describe_span(span, outcome.record)
+        with tracer.span(names.SPAN_RECORDING):
+            append_records(request.output, [outcome.record])
+    summary.outcomes.append(outcome)
+    record = outcome.record
+    reporter.message(f"madengine: {record.model} [{outcome.provider}]: {record.status}"
+                     + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
+    for warning in (outcome.result or {}).get("warnings", []):
+        reporter.message(f"madengine: warning: {record.model} [{outcome.provider}]: {warning}")
 
 
 # -- checks before anything runs ------------------------------------------------------------------
@@ -234,7 +271,7 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 
 # -- one benchmark --------------------------------------------------------------------------------
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
-               reporter: Reporter) -> BenchOutcome:
+               reporter: Reporter, tracer: Any) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
     artifacts = unused_folder(summary.run_dir / folder_name(entry.name, short))
     started_at = utc_now()
@@ -248,14 +285,17 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
     prepared = prepared_cache.prepare(entry.path, plan.sha256, plan.provider, ort_version, cpu, platform.machine(),
                                       request.environ, request.use_cache)
     record = _base_record(entry, plan, request, summary.run_id, started_at)
+    record.trace_id = tracer.trace_id
+    phases = PhaseSpans(tracer)
     try:
-        result, prepared = _run_prepared(entry, options, prepared)
+        result, prepared = _run_prepared(entry, options, prepared, phases)
     except HarnessInputError as exc:
         raise InputError(exc.message, path=entry.source or str(entry.path), field=exc.field, hint=exc.hint) from None
     except HarnessError as exc:
         record.status, record.reason = Status.FAILURE, str(exc)
         record.test_duration = time.monotonic() - started
         return BenchOutcome(entry, short, record, None)
+    add_ort_profile(tracer, result, phases)
     result["model_sha256"] = plan.sha256
     result["prepared_cache"] = prepared.status
     stats_file = artifacts / "bench_result.json"
@@ -270,12 +310,12 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
     return BenchOutcome(entry, short, record, result)
 
 
-def _run_prepared(entry: ModelEntry, options: engine.BenchOptions,
-                  prepared: prepared_cache.Prepared) -> tuple[dict[str, Any], prepared_cache.Prepared]:
+def _run_prepared(entry: ModelEntry, options: engine.BenchOptions, prepared: prepared_cache.Prepared,
+                  phase: engine.Phase = engine.no_phase) -> tuple[dict[str, Any], prepared_cache.Prepared]:
     """Benchmark the prepared form; a cached copy that will not load (or cannot be saved) is
     dropped and the original file benchmarked instead, so the cache can never fail a run."""
     try:
-        result = engine.benchmark(str(prepared.path), _with_prepared(options, prepared))
+        result = engine.benchmark(str(prepared.path), _with_prepared(options, prepared), phase)
     except HarnessInputError:
         prepared_cache.discard(prepared)
         raise
@@ -284,7 +324,7 @@ def _run_prepared(entry: ModelEntry, options: engine.BenchOptions,
             raise
         prepared_cache.discard(prepared)
         prepared = prepared_cache.Prepared(path=entry.path, status="off")
-        result = engine.benchmark(str(entry.path), _with_prepared(options, prepared))
+        result = engine.benchmark(str(entry.path), _with_prepared(options, prepared), phase)
     prepared_cache.commit(prepared)
     return result, prepared
 

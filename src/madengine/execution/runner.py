@@ -40,8 +40,9 @@ from madengine.execution.plan import copy_tree, model_env, resolve_gpus, script_
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.results import PerfRecord, RecordFactory, Status
 from madengine.results.identity import tag_configs_text
+from madengine.results.spans import describe_span
 from madengine.results.samples import SAMPLES_FILE, parse_samples, sample_columns, sample_warnings, write_samples_file
-from madengine.tracing import NULL_TRACER, names
+from madengine.tracing import NULL_SPAN, NULL_TRACER, names
 from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
 
 ENV_DETAILS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sys_env_details.sh"
@@ -104,6 +105,8 @@ class RunFacts:
     columns: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: other columns (tool summaries, harness statistics), appended at the end of perf.csv
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the model's trace span: the tools' time series become its counter tracks
+    span: Any = NULL_SPAN
 
     def absorb(self, spec: RunSpec) -> None:
         """Row values providers and tools set on the spec (kept even when the run fails later)."""
@@ -189,15 +192,15 @@ class ModelRunner:
         attributes = {names.ATTR_MODEL: model.name, names.ATTR_TAG_CONFIGS: tag_configs_text(model.tag_configs),
                       names.ATTR_EXECUTOR: self.executor.name}
         with self.tracer.span(names.SPAN_MODEL, attributes) as span:
-            for record in self._model_records(model, slot):
-                _describe(span, record)
+            for record in self._model_records(model, slot, span):
+                describe_span(span, record)
                 self.reporter.progress(Progress(
                     RESULT, model=_label(model), index=self.positions.get(model.name, 0), total=self.total,
                     status=record.status, seconds=time.monotonic() - started, log=_log_of(record),
                     detail=f"{record.performance} {record.metric}" if record.ok else record.reason))
                 yield record
 
-    def _model_records(self, model: Model, slot: Slot | None) -> Iterator[PerfRecord]:
+    def _model_records(self, model: Model, slot: Slot | None, span: Any) -> Iterator[PerfRecord]:
         reason = self.skip_reason(model)
         if reason:
             yield self.records.for_model(model, Status.SKIPPED, reason=reason)
@@ -211,7 +214,7 @@ class ModelRunner:
         for target in targets:
             if self.stopped:
                 return
-            yield from self._run_target(model, target, gpu_ids, slot.cpus if slot else [])
+            yield from self._run_target(model, target, gpu_ids, slot.cpus if slot else [], span)
 
     @contextlib.contextmanager
     def _phase(self, model: Model, name: str, attributes: dict[str, Any] | None = None,
@@ -224,9 +227,10 @@ class ModelRunner:
         with self.tracer.span(name, attributes) as span:
             yield span
 
-    def _run_target(self, model: Model, target: Target, gpu_ids: list[int], cpus: list[int]) -> Iterator[PerfRecord]:
+    def _run_target(self, model: Model, target: Target, gpu_ids: list[int], cpus: list[int],
+                    span: Any) -> Iterator[PerfRecord]:
         facts = RunFacts(docker_file=target.docker_file, docker_image=target.key if target.docker_file else "",
-                         n_gpus=str(len(gpu_ids)))
+                         n_gpus=str(len(gpu_ids)), span=span)
         artifacts_dir = self.run_dir / target.key
         if target.failure:
             yield self.failure(model, target.failure, **facts.values())
@@ -473,11 +477,21 @@ class ModelRunner:
                         continue
                     if str(target) not in facts.artifacts:
                         facts.artifacts.append(str(target))
+                    self._counter_tracks(target, facts.span)
         for finalize in spec.finalizers:
             try:
                 facts.add(finalize(spec) or {})
             except MadEngineError as exc:
                 facts.extra["finalize_error"] = str(exc)
+
+    def _counter_tracks(self, path: Path, span: Any) -> None:
+        """A collected tool output that is a time series (the CPU monitor's, the GPU samplers')
+        becomes counter tracks of the model's span; other files are not read."""
+        if self.tracer.enabled and span.recording:
+            from madengine.tracing.convert import tool_counter_tracks
+
+            for track in tool_counter_tracks(path):
+                self.tracer.add_counter_track(track, parent=span)
 
 
 #: what a progress line calls each phase of the trace
@@ -532,17 +546,6 @@ def _label(model: Model) -> str:
 def _log_of(record: PerfRecord) -> str:
     artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts).split(",")
     return next((a for a in artifacts if a.endswith("run.log")), next(iter(artifacts), "") if artifacts else "")
-
-
-def _describe(span: Any, record: PerfRecord) -> None:
-    span.set_attributes({names.ATTR_STATUS: record.status, names.ATTR_METRIC: record.metric,
-                         names.ATTR_IMAGE: record.docker_image})
-    if record.performance is not None:
-        span.set_attribute(names.ATTR_PERFORMANCE, record.performance)
-    if record.reason:
-        span.set_attribute(names.ATTR_REASON, record.reason)
-    if record.status == Status.FAILURE:
-        span.set_error(record.reason)
 
 
 def _write_host_details(path: Path, context: Context) -> None:

@@ -22,10 +22,10 @@ from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
 from madengine.pipeline.selection import Selection, select
 from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary, append_records
-from madengine.pipeline.tracing import finish_tracer, start_tracer, tracer_checkpoint
 from madengine.results.history import earlier_durations
 from madengine.results.perfcsv import check_writable, keep_unrecorded
 from madengine.tracing import names
+from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
 
 def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> RunSummary:
@@ -46,14 +46,14 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
         from madengine.distributed.parallel import LockedReporter
 
         reporter = LockedReporter(reporter)
-    tracer = start_tracer(options, host, reporter, run_id)
+    tracer = start_tracer(options, host.environ, reporter.message, run_id)
     summary = RunSummary(run_id=run_id, executor=options.executor, perf_csv=Path(options.output), run_dir=run_dir)
     try:
         with tracer.span(names.SPAN_RUN, {names.ATTR_RUN_ID: run_id}) as run_span:
             _run(request, host, reporter, selection, tracer, summary)
             run_span.set_attribute(names.ATTR_EXECUTOR, summary.executor)
     finally:
-        summary.trace = finish_tracer(tracer, options, run_dir, host, reporter)
+        summary.trace = finish_tracer(tracer, options, run_dir, host.environ, reporter.message)
     return summary
 
 
@@ -87,7 +87,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
             for record in _schedule(runner, selection, request.parallel.workers):
                 with tracer.span(names.SPAN_RECORDING):
                     _record(summary, record, reporter)
-                tracer_checkpoint(tracer, options, summary.run_dir, host, reporter)
+                tracer_checkpoint(tracer, options, summary.run_dir, host.environ, reporter.message)
         except KeyboardInterrupt as exc:  # between models: the one in flight already has its row
             runner.note_stop(exc)
         _record_not_run(summary, runner, selection, reporter)
@@ -162,7 +162,7 @@ def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection
     node) merges into the job folder's trace.json."""
     from madengine.distributed.slurm import SlurmRun, run_on_slurm
 
-    tracer = start_tracer(request.run, host, reporter, "slurm")
+    tracer = start_tracer(request.run, host.environ, reporter.message, "slurm")
     summary = None
     try:
         with tracer.span(names.SPAN_RUN, {names.ATTR_EXECUTOR: "slurm"}):
@@ -171,5 +171,5 @@ def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection
                                             command_line=host.command_line, tracer=tracer), reporter, host)
     finally:
         if summary is not None and not request.slurm.dry_run:
-            summary.trace = finish_tracer(tracer, request.run, summary.run_dir, host, reporter)
+            summary.trace = finish_tracer(tracer, request.run, summary.run_dir, host.environ, reporter.message)
     return summary

@@ -4,7 +4,10 @@ A run is found by its id under the runs folder (``madengine_runs/<run id>/trace.
 folder, or by the trace file itself. Spans are rebuilt from trace.json (``span.id`` and
 ``span.parent_id`` in each complete event's args); each phase span (names.PHASES) counts for the
 nearest enclosing ``model`` span, or for ``(run)`` when there is none (context detection).
-Model steps are listed per repeat when either run repeated them.
+Model steps are listed per repeat when either run repeated them. ``bench`` and ``scorecard``
+traces line up the same way: a model on one backend is one ``model`` span, and its benchmark
+phases (names.BENCH_PHASES) count when they are the model's own children (the profiling
+session's inner phases are part of ``profile``).
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core.errors import InputError
 from madengine.tracing import chrome
-from madengine.tracing.names import ATTR_MODEL, ATTR_TAG_CONFIGS, PHASES, SPAN_MODEL, \
-    SPAN_MODEL_STEP, SPAN_RUN
+from madengine.tracing.names import ATTR_BACKEND, ATTR_MODEL, ATTR_TAG_CONFIGS, BENCH_PHASES, PHASES, \
+    SPAN_BENCH, SPAN_MODEL, SPAN_MODEL_STEP, SPAN_PARSING, SPAN_RUN, SPAN_SCORECARD
 
 RUN_GROUP = "(run)"
 TOTAL = "total"
+#: the root span of each command: its length is the ``(run)`` total
+ROOTS = (SPAN_RUN, SPAN_BENCH, SPAN_SCORECARD)
+#: the rows' order: a run's phases with a benchmark's where the model step is (before parsing, recording)
+ORDER = (*PHASES[:PHASES.index(SPAN_PARSING)], *BENCH_PHASES, *PHASES[PHASES.index(SPAN_PARSING):])
 
 
 @dataclasses.dataclass
@@ -68,9 +75,16 @@ def load_spans(doc: Mapping[str, Any]) -> list[LoadedSpan]:
 
 
 def model_label(args: Mapping[str, Any]) -> str:
+    """``numpy_matmul [size=64]``; a benchmark's model names its backend: ``mlp (onnxruntime-cpu)``."""
     model = str(args.get(ATTR_MODEL) or "?")
     tags = str(args.get(ATTR_TAG_CONFIGS) or "")
-    return f"{model} [{tags}]" if tags else model
+    backend = str(args.get(ATTR_BACKEND) or "")
+    return model + (f" [{tags}]" if tags else "") + (f" ({backend})" if backend else "")
+
+
+def bare_model(label: str) -> str:
+    """The model name of a label (without its tag configs and backend)."""
+    return label.split(" [", 1)[0].split(" (", 1)[0]
 
 
 def phase_timelines(spans: Sequence[LoadedSpan]) -> dict[str, dict[str, list[float]]]:
@@ -91,9 +105,10 @@ def phase_timelines(spans: Sequence[LoadedSpan]) -> dict[str, dict[str, list[flo
     for span in sorted(spans, key=lambda s: s.start_us):
         if span.name == SPAN_MODEL:
             timelines.setdefault(model_label(span.args), {}).setdefault(TOTAL, []).append(span.duration_us / 1e6)
-        elif span.name == SPAN_RUN:
+        elif span.name in ROOTS:
             timelines.setdefault(RUN_GROUP, {}).setdefault(TOTAL, []).append(span.duration_us / 1e6)
-        elif span.name in PHASES:
+        elif span.name in PHASES or (span.name in BENCH_PHASES and getattr(by_id.get(span.parent_id), "name", "")
+                                     == SPAN_MODEL):
             phases = timelines.setdefault(owner(span), {})
             phases.setdefault(span.name, []).append(span.duration_us / 1e6)
     return timelines
@@ -138,7 +153,7 @@ class ModelDiff:
 
 def _rows(a: Mapping[str, list[float]], b: Mapping[str, list[float]]) -> list[PhaseDiff]:
     rows = []
-    for phase in (*PHASES, TOTAL):
+    for phase in (*ORDER, TOTAL):
         left, right = a.get(phase, []), b.get(phase, [])
         if not left and not right:
             continue
@@ -159,7 +174,7 @@ def diff_timelines(a: Mapping[str, Mapping[str, list[float]]], b: Mapping[str, M
     """Per model (run order of A, then models only B has), the phases side by side."""
     names = list(dict.fromkeys([*a, *b]))
     if model is not None:
-        wanted = [n for n in names if n == model or n.split(" [", 1)[0] == model]
+        wanted = [n for n in names if n == model or bare_model(n) == model]
         if not wanted:
             raise InputError(f"model '{model}' is in neither trace", path="MODEL",
                              hint="models: " + (", ".join(n for n in names if n != RUN_GROUP) or "none"))

@@ -34,8 +34,25 @@ PHASES = (SPAN_CONTEXT_DETECTION, SPAN_DATA_PROVISION, SPAN_IMAGE_BUILD, SPAN_CO
 # --- distributed work and benchmarking ---------------------------------------------------------
 SPAN_SLURM_TASK = "slurm_task"  #: one task of a Slurm job array, as the submitting process sees it
 SPAN_PARALLEL_SLOT = "parallel_slot"  #: one ``--parallel`` slot (a thread) working through its models
-SPAN_INFERENCE = "inference"  #: bench: the timed (or profiled) session.run loop; ORT operators are its children
 SPAN_ORT_MODEL_RUN = "ort.model_run"  #: one ONNX Runtime ``session.run`` from its profile
+
+# --- phases of one benchmark (bench, scorecard: children of the model × backend's ``model`` span) --
+# The portable harness (madengine.bench.harness, madengine.bench.backends) names its phases with
+# these same strings; tests/test_tracing_bench.py checks that they agree.
+SPAN_SESSION_CREATE = "session_create"  #: bench: the ONNX Runtime session created (graph optimised)
+SPAN_PREPARE = "prepare"  #: scorecard, bench SCRIPT.py: the backend compiles / creates its session
+SPAN_FIRST_INFERENCE = "first_inference"  #: the first inference, timed apart
+SPAN_WARMUP = "warmup"  #: the other un-timed warm-up runs
+SPAN_INFERENCE = "inference"  #: the timed (or profiled) session.run loop; ORT operators are its children
+SPAN_PROFILE = "profile"  #: bench --profile: the separate profiling session (session_create, inference)
+SPAN_CHECK = "check"  #: scorecard, bench SCRIPT.py: the outputs compared with the reference
+SPAN_SCRIPT = "script"  #: bench SCRIPT.py: one script (analysis, builds and its models' benchmarks)
+SPAN_ANALYSIS = "analysis"  #: bench SCRIPT.py: the script run under the analysis hook
+SPAN_ONNX_BUILD = "onnx_build"  #: bench SCRIPT.py: one model's export and optimisation (or its cached build)
+
+#: the phases of a benchmark that ``report trace-diff`` lines up, in order
+BENCH_PHASES = (SPAN_SESSION_CREATE, SPAN_PREPARE, SPAN_FIRST_INFERENCE, SPAN_WARMUP, SPAN_INFERENCE, SPAN_PROFILE,
+                SPAN_CHECK)
 #: ORT node kernels keep their op type as the span name (``MatMul``, ``Conv``), category ``ort``
 
 # --- attributes -------------------------------------------------------------------------------
@@ -50,7 +67,12 @@ ATTR_REASON = "madengine.reason"
 ATTR_PERFORMANCE = "madengine.performance"  #: the figure
 ATTR_METRIC = "madengine.metric"
 ATTR_REPEAT = "madengine.repeat"  #: 1-based repeat index of a model step
-ATTR_BACKEND = "madengine.backend"
+ATTR_BACKEND = "madengine.backend"  #: bench / scorecard: ``onnxruntime-cpu``, ``openvino-cpu``, ``torch-eager``
+ATTR_SCORECARD_STATUS = "madengine.scorecard.status"  #: PASS / MISMATCH / UNSUPPORTED / ERROR
+ATTR_LATENCY_RATIO = "madengine.latency_ratio"  #: scorecard: p50 over the baseline's p50
+ATTR_PROFILED = "madengine.profiled"  #: an inference span of the profiling session (true)
+ATTR_SCRIPT = "madengine.script"  #: bench SCRIPT.py: the script's path
+ATTR_BUILD_CACHE = "madengine.build_cache"  #: bench SCRIPT.py: hit / built / rebuilt / stale / failed
 ATTR_SLURM_JOB_ID = "madengine.slurm.job_id"
 ATTR_SLURM_TASK_ID = "madengine.slurm.task_id"
 ATTR_SLOT = "madengine.parallel.slot"

@@ -116,23 +116,30 @@ class BackendRun:
     timed_wall_s: float
 
 
+#: the phase of :func:`measure_backend` that compiles the model or creates the session
+PHASE_PREPARE = "prepare"
+
+
 def measure_backend(backend: Backend, model: str | Path, feeds: Mapping[str, Any], shapes: Shapes, *,
                     threads: int | None = None, warmup: int = engine.DEFAULT_WARMUP, iterations: int | None = None,
                     min_time: float | None = None, min_iterations: int = engine.DEFAULT_MIN_ITERATIONS,
-                    batch_size: int = 1) -> BackendRun:
+                    batch_size: int = 1, phase: engine.Phase = engine.no_phase) -> BackendRun:
     """Prepare (timed), first inference (timed; outputs kept), then the harness's warm-up and timed
-    loop over ``session.bind(feeds)`` and its statistics."""
+    loop over ``session.bind(feeds)`` and its statistics. ``phase`` is told of each (as in
+    :func:`madengine.bench.harness.engine.benchmark`)."""
     backend.require_installed()
-    started = time.perf_counter_ns()
-    session = backend.prepare(model, shapes, threads)
-    prepare_ms = (time.perf_counter_ns() - started) / 1e6
-    try:
+    with phase(PHASE_PREPARE):
         started = time.perf_counter_ns()
-        outputs = _guarded(session.run, feeds)
-        first_ms = (time.perf_counter_ns() - started) / 1e6
+        session = backend.prepare(model, shapes, threads)
+        prepare_ms = (time.perf_counter_ns() - started) / 1e6
+    try:
+        with phase(engine.PHASE_FIRST_INFERENCE):
+            started = time.perf_counter_ns()
+            outputs = _guarded(session.run, feeds)
+            first_ms = (time.perf_counter_ns() - started) / 1e6
         run_once = session.bind(feeds)
         timing = _guarded(lambda: engine.measure(run_once, warmup=warmup, iterations=iterations, min_time=min_time,
-                                                 min_iterations=min_iterations))
+                                                 min_iterations=min_iterations, phase=phase))
     finally:
         session.close()
     stats = summarize(timing.latencies_ms, batch_size)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..harness.engine import Phase, no_phase
 from . import BackendError, BackendUnsupported, get_backend, measure_backend
 
 RAN, UNSUPPORTED, ERROR = "ran", "unsupported", "error"
@@ -23,19 +24,20 @@ RAN, UNSUPPORTED, ERROR = "ran", "unsupported", "error"
 
 def run_cell(backend_id: str, model: str | Path, feeds: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
              *, timed: bool = True, threads: int | None = None, warmup: int = 10, iterations: int | None = None,
-             min_time: float | None = None, batch_size: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+             min_time: float | None = None, batch_size: int = 1,
+             phase: Phase = no_phase) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the cell as JSON, the first inference's outputs). ``timed=False`` (a correctness oracle)
-    runs one inference after the first and no warm-up."""
+    runs one inference after the first and no warm-up. ``phase``: see :func:`measure_backend`."""
     backend = get_backend(backend_id)
     answer: dict[str, Any] = {"backend": backend_id, "version": backend.version(),
                               "device_vendor": backend.device_vendor}
     try:
         if timed:
             run = measure_backend(backend, model, feeds, shapes, threads=threads, warmup=warmup,
-                                  iterations=iterations, min_time=min_time, batch_size=batch_size)
+                                  iterations=iterations, min_time=min_time, batch_size=batch_size, phase=phase)
         else:
             run = measure_backend(backend, model, feeds, shapes, threads=threads, warmup=0, iterations=1,
-                                  batch_size=batch_size)
+                                  batch_size=batch_size, phase=phase)
     except BackendUnsupported as exc:
         answer.update(outcome=UNSUPPORTED, reason=str(exc), operator=exc.operator)
         return answer, {}

@@ -8,6 +8,11 @@ set of generated inputs, ``warmup`` un-timed runs (the first one's time is kept 
 clock reads, which is why the harness adds no measurable overhead to a bare loop (see
 ``benchmarks/onnx_overhead.py``). Profiling, when asked, uses a *separate* session afterwards, so
 the profiler's own cost never lands in the timed figures.
+
+Phases: ``benchmark`` and ``measure`` take a ``phase`` hook, ``phase(name)`` → a context manager
+around each phase (session creation, first inference, warm-up, the timed loop, profiling); madengine
+passes one that opens a trace span, the harness alone (in a container) none. The hook is called
+around whole phases, never inside the timed loop.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from . import inputs as model_inputs
 from . import profiling
@@ -63,6 +68,22 @@ GPU_VENDORS = {"CUDAExecutionProvider": "NVIDIA", "TensorrtExecutionProvider": "
 #: graph optimisation levels by name → the ``onnxruntime.GraphOptimizationLevel`` member
 OPTIMIZATION_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                        "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+#: phase names given to the ``phase`` hook (the span names of madengine.tracing.names)
+PHASE_SESSION_CREATE = "session_create"
+PHASE_FIRST_INFERENCE = "first_inference"
+PHASE_WARMUP = "warmup"
+PHASE_INFERENCE = "inference"
+PHASE_PROFILE = "profile"
+
+#: ``phase(name)`` → a context manager around one phase of a benchmark
+Phase = Callable[[str], ContextManager[Any]]
+
+
+def no_phase(name: str) -> ContextManager[Any]:
+    """The default hook: phases are not observed."""
+    return contextlib.nullcontext()
+
 
 METRICS = {"throughput": ("samples_per_second", "samples_per_second"), "p50": ("p50_ms", "p50_latency_ms")}
 
@@ -212,39 +233,43 @@ def _preload_cuda_libraries(ort: Any) -> None:
 
 
 def measure(run_once: Callable[[], Any], *, warmup: int, iterations: int | None = None,
-            min_time: float | None = None, min_iterations: int = DEFAULT_MIN_ITERATIONS) -> Timing:
+            min_time: float | None = None, min_iterations: int = DEFAULT_MIN_ITERATIONS,
+            phase: Phase = no_phase) -> Timing:
     """Warm-up runs, then timed runs of ``run_once()`` (see the module doc).
 
     ``run_once`` is one inference with its inputs already bound, e.g.
     ``functools.partial(session.run, None, feeds)``; any backend's own call works the same way, so
-    every backend is timed by this one loop.
+    every backend is timed by this one loop. ``phase`` is told of the warm-up and the timed loop.
     """
     clock = time.perf_counter_ns
     first_ns = None
-    for index in range(warmup):
-        started = clock()
-        run_once()
-        if index == 0:
-            first_ns = clock() - started
-    wall_started = clock()
-    if iterations is not None:
-        samples = [0] * iterations
-        for index in range(iterations):
-            started = clock()
-            run_once()
-            samples[index] = clock() - started
-    else:
-        deadline = wall_started + int((DEFAULT_MIN_TIME if min_time is None else min_time) * 1e9)
-        samples = []
-        append = samples.append
-        while True:
-            started = clock()
-            run_once()
-            ended = clock()
-            append(ended - started)
-            if ended >= deadline and len(samples) >= min_iterations:
-                break
-    wall_s = (clock() - wall_started) / 1e9
+    if warmup:
+        with phase(PHASE_WARMUP):
+            for index in range(warmup):
+                started = clock()
+                run_once()
+                if index == 0:
+                    first_ns = clock() - started
+    with phase(PHASE_INFERENCE):
+        wall_started = clock()
+        if iterations is not None:
+            samples = [0] * iterations
+            for index in range(iterations):
+                started = clock()
+                run_once()
+                samples[index] = clock() - started
+        else:
+            deadline = wall_started + int((DEFAULT_MIN_TIME if min_time is None else min_time) * 1e9)
+            samples = []
+            append = samples.append
+            while True:
+                started = clock()
+                run_once()
+                ended = clock()
+                append(ended - started)
+                if ended >= deadline and len(samples) >= min_iterations:
+                    break
+        wall_s = (clock() - wall_started) / 1e9
     if first_ns is None and samples:
         first_ns = samples[0]
     return Timing(None if first_ns is None else first_ns / 1e6, [s / 1e6 for s in samples], wall_s)
@@ -278,21 +303,34 @@ def environment(ort: Any) -> dict[str, Any]:
             "cpu_model": cpu_model(), "cpu_count": os.cpu_count() or 0}
 
 
-def benchmark(model_path: str, options: BenchOptions) -> dict[str, Any]:
-    """Benchmark one model; the result is plain JSON (see docs/bench.md for its fields)."""
+def benchmark(model_path: str, options: BenchOptions, phase: Phase = no_phase) -> dict[str, Any]:
+    """Benchmark one model; the result is plain JSON (see docs/bench.md for its fields).
+
+    ``phase`` is told of each phase: session creation, the first inference (the first warm-up
+    run, timed apart), the other warm-up runs, the timed loop and, with ``profile``, the profiling.
+    """
     ort = import_onnxruntime()
     full_name = provider_name(options.provider)
-    session, created_ms = open_session(model_path, options, optimized_output=options.optimized_output)
+    with phase(PHASE_SESSION_CREATE):
+        session, created_ms = open_session(model_path, options, optimized_output=options.optimized_output)
     signature = model_inputs.signature_from_session(session)
     resolved = model_inputs.resolve_shapes(signature, options.shapes, options.axes, options.batch_size)
     batch_size = model_inputs.batch_size_of(signature, resolved, options.batch_size)
     feeds = model_inputs.generate(signature, resolved, options.seed)
+    run_once = functools.partial(session.run, None, feeds)
     try:
-        timing = measure(functools.partial(session.run, None, feeds), warmup=options.warmup,
-                         iterations=options.iterations, min_time=options.effective_min_time(),
-                         min_iterations=options.min_iterations)
+        first_ms = None
+        if options.warmup:  # the first warm-up run, alone: its time is first_inference_ms
+            with phase(PHASE_FIRST_INFERENCE):
+                started = time.perf_counter_ns()
+                run_once()
+                first_ms = (time.perf_counter_ns() - started) / 1e6
+        timing = measure(run_once, warmup=max(options.warmup - 1, 0), iterations=options.iterations,
+                         min_time=options.effective_min_time(), min_iterations=options.min_iterations, phase=phase)
     except Exception as exc:
         raise HarnessError(f"session.run failed: {_one_line(exc)}") from None
+    if first_ms is not None:
+        timing.first_inference_ms = first_ms
     summary = summarize(timing.latencies_ms, batch_size)
     result: dict[str, Any] = {
         "model_path": str(model_path),
@@ -319,20 +357,30 @@ def benchmark(model_path: str, options: BenchOptions) -> dict[str, Any]:
     }
     del session
     if options.profile:
-        table, files = profile(model_path, options, feeds, runs=min(summary["n"], PROFILE_RUNS))
+        with phase(PHASE_PROFILE):
+            table, files, started_ns = profile(model_path, options, feeds, runs=min(summary["n"], PROFILE_RUNS),
+                                               phase=phase)
         result["profile"], result["profile_files"] = table, [str(f) for f in files]
+        result["profile_start_ns"], result["profile_warmup"] = started_ns, min(options.warmup, PROFILE_WARMUP)
     return result
 
 
-def profile(model_path: str, options: BenchOptions, feeds: Any, *, runs: int) -> tuple[dict[str, Any], list[Path]]:
-    """Per-operator table from ORT's profiler, on a session of its own; files go to artifacts_dir."""
+def profile(model_path: str, options: BenchOptions, feeds: Any, *, runs: int,
+            phase: Phase = no_phase) -> tuple[dict[str, Any], list[Path], int]:
+    """Per-operator table from ORT's profiler, on a session of its own; files go to artifacts_dir.
+
+    Also ORT's ``get_profiling_start_time_ns()``: the time its profile's timestamps count from.
+    """
     folder = Path(options.artifacts_dir or ".")
     folder.mkdir(parents=True, exist_ok=True)
-    session, _ = open_session(model_path, options, profile_prefix=str(folder / "ort_profile"))
+    with phase(PHASE_SESSION_CREATE):
+        session, _ = open_session(model_path, options, profile_prefix=str(folder / "ort_profile"))
     warmup = min(options.warmup, PROFILE_WARMUP)
     try:
-        for _ in range(warmup + max(runs, 1)):
-            session.run(None, feeds)
+        with phase(PHASE_INFERENCE):
+            for _ in range(warmup + max(runs, 1)):
+                session.run(None, feeds)
+        started_ns = int(session.get_profiling_start_time_ns())
         trace = Path(session.end_profiling())
     except Exception as exc:
         raise HarnessError(f"profiling run failed: {_one_line(exc)}") from None
@@ -342,7 +390,7 @@ def profile(model_path: str, options: BenchOptions, feeds: Any, *, runs: int) ->
     target = folder / "ort_profile.json"
     if trace.resolve() != target.resolve():
         os.replace(trace, target)
-    return table, [target, *profiling.save(table, folder)]
+    return table, [target, *profiling.save(table, folder)], started_ns
 
 
 def metric_value(summary: dict[str, Any], metric: str) -> tuple[float, str]:

@@ -189,6 +189,8 @@ class ScriptBenchSummary:
     run_dir: Path
     cache_dir: Path
     scripts: list[ScriptResult] = dataclasses.field(default_factory=list)
+    trace_id: str = ""  #: the trace of the command ("" with --no-trace)
+    trace: Any = None  #: how the trace was written (``tracing.FlushResult``)
 
     @property
     def records(self) -> list[PerfRecord]:
@@ -205,5 +207,6 @@ class ScriptBenchSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "perf_csv": str(self.perf_csv) if self.perf_csv else None,
-                "run_dir": str(self.run_dir), "cache_dir": str(self.cache_dir),
+                "run_dir": str(self.run_dir), "cache_dir": str(self.cache_dir), "trace_id": self.trace_id,
+                "trace": str(self.trace.path) if getattr(self.trace, "path", None) else None,
                 "scripts": [s.to_json() for s in self.scripts]}

@@ -21,16 +21,22 @@ Rows: one per model and backend, appended to perf.csv as soon as they exist. ``m
 whose export failed, gets a FAILURE row with the message and the others go on; a script that
 raised before any model ran, or in which no model was found, gets a FAILURE row named
 ``<script stem>``. Any FAILURE makes the command exit 1.
+
+Trace: a ``madengine.bench`` span, a ``script`` span per script (``analysis``, then per model its
+``onnx_build`` and one ``model`` span per backend with the phases of
+:func:`madengine.bench.backends.measure_backend` and the ``check``), in the run folder's trace.json
+(none with ``--analyze-only``, which writes no file; its spans are still exported).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
@@ -46,6 +52,10 @@ from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
 from madengine.results.record import Provenance, RecordFactory
+from madengine.results.spans import describe_span
+from madengine.bench.spans import PhaseSpans, model_attributes
+from madengine.tracing import names
+from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
 TORCH_HINT = "pip install 'madengine[torch]' (torch, onnxscript, transformers)"
 EAGER = "torch-eager"
@@ -82,6 +92,8 @@ class ScriptRequest:
     runs_dir: Path = Path("madengine_runs")
     command_line: str = ""
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    trace: bool = True  # --no-trace turns it off
+    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
 
 @dataclasses.dataclass
@@ -96,7 +108,8 @@ class _Context:
     versions: dict[str, str]
     tolerance: Any  # correctness.Tolerance
     script_args: list[str]
-    records: RecordFactory  # every row's provenance (run id, machine, command line...)
+    records: RecordFactory  # every row's provenance (run id, machine, command line, trace id...)
+    tracer: Any  # the command's tracer (NULL_TRACER with --no-trace)
 
 
 # -- entry points ----------------------------------------------------------------------------------
@@ -104,9 +117,14 @@ def run_scripts(request: ScriptRequest, reporter: Reporter | None = None) -> Scr
     """Analyse, build and benchmark every script of ``request`` (see the module doc)."""
     reporter = reporter or Reporter()
     context = _start(request, reporter)
-    for spec, labels in _scripts(request, reporter):
-        script = _run_script(spec, labels, context)
-        context.summary.scripts.append(script)
+    with _traced(context):
+        for spec, labels in _scripts(request, reporter):
+            with context.tracer.span(names.SPAN_SCRIPT, {names.ATTR_SCRIPT: str(spec.path)}) as span:
+                script = _run_script(spec, labels, context)
+                if not script.ok:
+                    span.set_error(script.error or "; ".join(r.reason for r in script.failures) or "a model failed")
+            context.summary.scripts.append(script)
+            _checkpoint(context)
     return context.summary
 
 
@@ -117,15 +135,42 @@ def run_model(model: Any, args: tuple, kwargs: dict, name: str, request: ScriptR
 
     reporter = reporter or Reporter()
     context = _start(request, reporter)
-    analysis = analyze_call(model, args, kwargs)
-    if not analysis.found:
-        raise InputError(f"calling the model failed: {analysis.error}" if analysis.error
-                         else "the model was not called as an nn.Module", path="model")
-    script = ScriptResult(path=Path(name), found=analysis.models, run_time_s=analysis.run_time_s)
-    context.summary.scripts.append(script)
-    result = _run_found(analysis.found[0], name, {}, context, source=name)
-    script.models.append(result)
+    with _traced(context):
+        with context.tracer.span(names.SPAN_ANALYSIS):
+            analysis = analyze_call(model, args, kwargs)
+        if not analysis.found:
+            raise InputError(f"calling the model failed: {analysis.error}" if analysis.error
+                             else "the model was not called as an nn.Module", path="model")
+        script = ScriptResult(path=Path(name), found=analysis.models, run_time_s=analysis.run_time_s)
+        context.summary.scripts.append(script)
+        result = _run_found(analysis.found[0], name, {}, context, source=name)
+        script.models.append(result)
     return context.summary, result
+
+
+@contextlib.contextmanager
+def _traced(context: _Context) -> Iterator[None]:
+    """The command's ``madengine.bench`` span; the trace is written (and exported) at the end."""
+    summary, request = context.summary, context.request
+    try:
+        with context.tracer.span(names.SPAN_BENCH, {names.ATTR_RUN_ID: summary.run_id,
+                                                    names.ATTR_EXECUTOR: "bench"}):
+            yield
+    finally:
+        summary.trace = finish_tracer(context.tracer, request, _trace_dir(context), request.environ,
+                                      context.reporter.message)
+
+
+def _trace_dir(context: _Context) -> Path | None:
+    """The run folder, where trace.json goes; None for an analysis, which writes no file."""
+    return None if context.request.analyze_only else context.summary.run_dir
+
+
+def _checkpoint(context: _Context) -> None:
+    """trace.json after each script (an analysis writes it once, at the end, and only to --trace FILE)."""
+    if not context.request.analyze_only:
+        tracer_checkpoint(context.tracer, context.request, context.summary.run_dir, context.request.environ,
+                          context.reporter.message)
 
 
 # -- checks before anything runs ------------------------------------------------------------------
@@ -148,12 +193,14 @@ def _start(request: ScriptRequest, reporter: Reporter) -> _Context:
         raise InputError(str(exc), path="--atol/--rtol") from None
     run_id = new_run_id()
     root = cache_root(request.environ, request.cache_dir)
+    tracer = start_tracer(request, request.environ, reporter.message, run_id)
     summary = ScriptBenchSummary(run_id=run_id, perf_csv=Path(request.output) if request.output else None,
-                                 run_dir=Path(request.runs_dir) / run_id, cache_dir=root)
+                                 run_dir=Path(request.runs_dir) / run_id, cache_dir=root, trace_id=tracer.trace_id)
     provenance = Provenance.of(run_id=run_id, executor="bench", command_line=request.command_line,
-                               environ=request.environ, context={}, machine_name=machine_name())
+                               environ=request.environ, context={}, machine_name=machine_name(),
+                               trace_id=tracer.trace_id)
     return _Context(request, reporter, summary, provider, export.ExportSettings(request.opset, request.fp16, provider),
-                    export.versions(), tolerance, script_args, RecordFactory(provenance, utc_now))
+                    export.versions(), tolerance, script_args, RecordFactory(provenance, utc_now), tracer)
 
 
 def _check(request: ScriptRequest) -> None:
@@ -245,8 +292,9 @@ def _run_script(spec: parsing.ScriptSpec, labels: dict, context: _Context) -> Sc
     request, reporter = context.request, context.reporter
     reporter.message(f"madengine: {spec.path}: running under the analysis hook"
                      + (f" (--max-depth {request.max_depth})" if request.max_depth else ""))
-    analysis = analyze_script(spec.path, context.script_args, max_depth=request.max_depth,
-                              keep_inputs=not request.analyze_only)
+    with context.tracer.span(names.SPAN_ANALYSIS):
+        analysis = analyze_script(spec.path, context.script_args, max_depth=request.max_depth,
+                                  keep_inputs=not request.analyze_only)
     script = ScriptResult(path=spec.path, labels=labels, found=analysis.models, error=analysis.error,
                           run_time_s=analysis.run_time_s)
     reporter.message(f"madengine: {spec.path}: {len(analysis.found)} model(s) found in {analysis.run_time_s:.2f} s"
@@ -300,7 +348,11 @@ def _run_found(found: Any, stem: str, labels: dict, context: _Context, *, source
         result.results.append(_failed(result, EAGER, f"the reference run in eval() mode failed: "
                                       f"{export.one_line(exc)}", labels, context))
         return result
-    result.build = _build(found, stem, example, labels, context, source)
+    with context.tracer.span(names.SPAN_ONNX_BUILD, {names.ATTR_MODEL: result.perf_model}) as span:
+        result.build = _build(found, stem, example, labels, context, source)
+        span.set_attribute(names.ATTR_BUILD_CACHE, result.build.status)
+        if not result.build.ok:
+            span.set_error(result.build.error)
     ort_backend = _ort_backend_id(context.provider)
     if context.request.build_only:
         if not result.build.ok:
@@ -397,6 +449,13 @@ def _measure_ort(example: Any, result: ModelResult, reference: dict, labels: dic
 
 def _measure(backend: Any, backend_id: str, model_path: Path | None, example: Any, result: ModelResult,
              labels: dict, context: _Context, *, reference: dict | None = None, compare: Any = None) -> BackendResult:
+    with context.tracer.span(names.SPAN_MODEL, model_attributes(result.perf_model, backend_id, "bench")) as span:
+        return _measured(backend, backend_id, model_path, example, result, labels, context, span,
+                         reference=reference, compare=compare)
+
+
+def _measured(backend: Any, backend_id: str, model_path: Path | None, example: Any, result: ModelResult,
+              labels: dict, context: _Context, span: Any, *, reference: dict | None, compare: Any) -> BackendResult:
     from madengine.bench.backends import BackendError, measure_backend
 
     request, reporter = context.request, context.reporter
@@ -408,11 +467,12 @@ def _measure(backend: Any, backend_id: str, model_path: Path | None, example: An
     try:
         run = measure_backend(backend, model_path or "", example.feeds, shapes, threads=request.threads,
                               warmup=request.warmup, iterations=request.iterations,
-                              min_time=request.min_time if request.iterations is None else None, batch_size=batch)
+                              min_time=request.min_time if request.iterations is None else None, batch_size=batch,
+                              phase=PhaseSpans(context.tracer))
     except BackendError as exc:
         record.reason = str(exc)
         record.test_duration = time.monotonic() - started
-        return _finish(BackendResult(backend_id, record), result, context)
+        return _finish(BackendResult(backend_id, record), result, context, span)
     harness_result = _harness_result(run, backend_id, context, batch, example, request)
     record.status = Status.SUCCESS
     record.performance, record.metric = performance(harness_result, request.metric)
@@ -426,7 +486,8 @@ def _measure(backend: Any, backend_id: str, model_path: Path | None, example: An
     record.extra.update(columns)
     correctness = None
     if compare is not None and reference is not None:
-        verdict = compare(run.outputs, reference, context.tolerance)
+        with context.tracer.span(names.SPAN_CHECK):
+            verdict = compare(run.outputs, reference, context.tolerance)
         correctness = verdict.to_json()
         record.extra.update({"correctness": verdict.status, "max_abs_error": significant(verdict.max_abs_error),
                              "max_rel_error": significant(verdict.max_rel_error), "mismatch_output":
@@ -435,7 +496,7 @@ def _measure(backend: Any, backend_id: str, model_path: Path | None, example: An
             record.status, record.reason = Status.FAILURE, f"MISMATCH vs {EAGER}: {verdict.reason()}"
             record.performance = None
     record.artifacts = [str(_save_result(context, result, backend_id, harness_result, run, correctness))]
-    return _finish(BackendResult(backend_id, record, run.stats, correctness), result, context)
+    return _finish(BackendResult(backend_id, record, run.stats, correctness), result, context, span)
 
 
 def _harness_result(run: Any, backend_id: str, context: _Context, batch: int, example: Any,
@@ -449,9 +510,12 @@ def _harness_result(run: Any, backend_id: str, context: _Context, batch: int, ex
             "first_inference_ms": run.first_inference_ms}
 
 
-def _finish(backend_result: BackendResult, result: ModelResult, context: _Context) -> BackendResult:
+def _finish(backend_result: BackendResult, result: ModelResult, context: _Context, span: Any) -> BackendResult:
+    """The row to perf.csv; its status and figure on the ``model`` span."""
     record = backend_result.record
-    _append(context, [record])
+    describe_span(span, record)
+    with context.tracer.span(names.SPAN_RECORDING):
+        _append(context, [record])
     context.reporter.message(f"madengine: {record.model} [{backend_result.backend}]: {record.status}"
                              + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
     if result.build is not None and result.build.status != "failed":
@@ -513,9 +577,10 @@ def _new_record(model: str, vendor: str, labels: dict, context: _Context, **valu
 
 
 def _failed(result: ModelResult, backend_id: str, reason: str, labels: dict, context: _Context) -> BackendResult:
-    record = _record(result, backend_id, "CPU", labels, context, utc_now())
-    record.reason = reason
-    return _finish(BackendResult(backend_id, record), result, context)
+    with context.tracer.span(names.SPAN_MODEL, model_attributes(result.perf_model, backend_id, "bench")) as span:
+        record = _record(result, backend_id, "CPU", labels, context, utc_now())
+        record.reason = reason
+        return _finish(BackendResult(backend_id, record), result, context, span)
 
 
 def _failure_record(model: str, reason: str, labels: dict, context: _Context) -> PerfRecord:

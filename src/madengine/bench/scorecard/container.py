@@ -19,7 +19,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
+from madengine.bench.harness.engine import no_phase
 from madengine.core.errors import InputError
+from madengine.tracing import names
 
 CELL_CODE = "/opt/madengine_cell"
 MODEL_FOLDER = "/opt/madengine_model"
@@ -45,7 +47,9 @@ class ContainerCells:
         _copy_cell_code(self.code)
 
     def run(self, backend: str, model: Path, feeds: Any, shapes: Any, *, timed: bool, batch_size: int,
-            key: str) -> tuple[dict[str, Any], dict[str, Any]]:
+            key: str, phase: Any = no_phase) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One cell in its container; ``phase`` (a trace span per phase) sees the container start
+        and the cell's step (the phases inside the container are not traced)."""
         from madengine.bench.backends.cell import ERROR, load_named, save_named
         from madengine.execution.streams import LineSink
 
@@ -58,8 +62,10 @@ class ContainerCells:
         with open(workdir / "cell.log", "a", encoding="utf-8") as log:
             sink = LineSink(log, None, keep=True)
             try:
-                self.executor.start(spec)
-                result = self.executor.run_step(spec, step, None, sink)
+                with phase(names.SPAN_CONTAINER_START):
+                    self.executor.start(spec)
+                with phase(names.SPAN_MODEL_STEP):
+                    result = self.executor.run_step(spec, step, None, sink)
             except Exception as exc:  # ExecutionError (container could not start) or an engine error
                 return _error(backend, f"container of {self.image}: {exc}"), {}
             finally:

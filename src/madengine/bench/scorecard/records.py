@@ -30,7 +30,8 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
         n_gpus="0" if vendor == "CPU" else "1", args=_args_text(card, cell, request), tags=card.entry.set,
         machine_name=machine_name(), gpu_architecture=gpu_architecture(vendor),
         pipeline=request.environ.get("pipeline", ""), build_number=request.environ.get("BUILD_NUMBER", "0"),
-        run_id=summary.run_id, executor="docker" if summary.image else "scorecard", docker_image=summary.image,
+        run_id=summary.run_id, trace_id=summary.trace_id, executor="docker" if summary.image else "scorecard",
+        docker_image=summary.image,
         started_at=utc_now(), gpu_vendor=vendor, madengine_version=__version__, command_line=request.command_line,
         test_duration=duration, context={"backend": cell.backend, "reference": card.reference,
                                          "metric": request.metric, "threads": request.threads or "auto"})

@@ -14,6 +14,11 @@ A cell is PASS, MISMATCH (a FAILURE row: a wrong answer is never a success), UNS
 SKIPPED row: an operator the backend lacks, a GPU that is absent, a backend not installed) or
 ERROR (a FAILURE row). The latency ratio is the cell's p50 over the p50 of onnxruntime CPU without
 optimisation on the same model.
+
+Trace: a ``madengine.scorecard`` span, a ``model`` span per cell (model, backend, status, figure,
+metric, cell status, ratio) with the phases of :func:`measure_backend` (prepare, first_inference,
+warmup, inference) and the ``check`` under it; ``--image`` cells have container_start and
+model_step instead. trace.json goes to the run folder after each model (docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -32,11 +37,16 @@ from madengine.bench.correctness import Tolerance, Verdict, compare_outputs
 from madengine.bench.harness import HarnessInputError
 from madengine.bench.harness.engine import DEFAULT_WARMUP, sha256_file
 from madengine.bench.harness.inputs import generate, resolve_shapes, shapes_text
+from madengine.bench.runner import trace_file_text
 from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, RECORD_STATUS, STATUSES, UNSUPPORTED
+from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.bench.suite import ModelEntry, load_suite
 from madengine.core.errors import ExecutionError, InputError
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
+from madengine.results.spans import describe_span
+from madengine.tracing import names
+from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
 DEFAULT_REFERENCE = "onnxruntime-cpu-opt-disabled"
 #: the latency ratio's denominator
@@ -71,6 +81,8 @@ class ScorecardRequest:
     runs_dir: Path = Path("madengine_runs")
     command_line: str = ""
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    trace: bool = True  # --no-trace turns it off
+    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
 
 @dataclasses.dataclass
@@ -131,6 +143,8 @@ class ScorecardSummary:
     run_dir: Path
     image: str = ""
     models: list[ModelCard] = dataclasses.field(default_factory=list)
+    trace_id: str = ""  #: the trace of the command ("" with --no-trace)
+    trace: Any = None  #: how the trace was written (``tracing.FlushResult``)
 
     @property
     def cells(self) -> list[tuple[ModelCard, Cell]]:
@@ -152,10 +166,11 @@ class ScorecardSummary:
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "perf_csv": str(self.perf_csv), "run_dir": str(self.run_dir),
                 "image": self.image, "backends": self.backends, "counts": self.counts(),
+                "trace_id": self.trace_id, "trace": trace_file_text(self.trace),
                 "models": [card.to_json() for card in self.models]}
 
 
-#: runs one cell: (backend id, model file, feeds, shapes, timed, batch size) → (run_cell JSON, outputs)
+#: runs one cell: (backend id, model file, feeds, shapes, timed, batch size, key, phase hook) → (run_cell JSON, outputs)
 CellRunner = Callable[..., "tuple[dict[str, Any], dict[str, Any]]"]
 
 
@@ -176,13 +191,24 @@ def run_scorecard(request: ScorecardRequest, reporter: Reporter | None = None) -
     reporter.message(f"madengine: scorecard {run_id}: {len(cards)} model(s), "
                      f"{sum(len(c.backends) for c in cards)} cell(s)"
                      + (f" in image {request.image}" if request.image else "") + f"; results → {request.output}")
+    tracer = start_tracer(request, request.environ, reporter.message, run_id)
+    summary.trace_id = tracer.trace_id
     try:
-        for card in cards:
-            summary.models.append(card)
-            _score(card, request, summary, runner, reporter)
+        with tracer.span(names.SPAN_SCORECARD, {names.ATTR_RUN_ID: run_id,
+                                                names.ATTR_EXECUTOR: _executor(summary)}):
+            for card in cards:
+                summary.models.append(card)
+                _score(card, request, summary, runner, reporter, tracer)
+                tracer_checkpoint(tracer, request, summary.run_dir, request.environ, reporter.message)
     finally:
         close()
+        summary.trace = finish_tracer(tracer, request, summary.run_dir, request.environ, reporter.message)
     return summary
+
+
+def _executor(summary: ScorecardSummary) -> str:
+    """perf.csv ``executor`` of the scorecard's rows: docker with --image, else scorecard."""
+    return "docker" if summary.image else "scorecard"
 
 
 # -- checks and preparation, before anything runs ---------------------------------------------------
@@ -289,20 +315,21 @@ def _cell_runner(request: ScorecardRequest, summary: ScorecardSummary,
         return cells.run, cells.close
 
     def in_process(backend: str, model: Path, feeds: Any, shapes: Any, *, timed: bool, batch_size: int,
-                   key: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        return run_cell(backend, model, feeds, shapes, timed=timed, batch_size=batch_size, **options)
+                   key: str, phase: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        return run_cell(backend, model, feeds, shapes, timed=timed, batch_size=batch_size, phase=phase, **options)
 
     return in_process, lambda: None
 
 
 # -- one model ----------------------------------------------------------------------------------------
 def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary, runner: CellRunner,
-           reporter: Reporter) -> None:
+           reporter: Reporter, tracer: Any) -> None:
     entry = card.entry
     if card.problem:
         for backend in card.backends:
-            _finish(card, Cell(backend, ERROR, card.problem, is_reference=backend == card.reference), request,
-                    summary, reporter, time.monotonic())
+            with _cell_span(tracer, card, backend, summary) as span:
+                _finish(card, Cell(backend, ERROR, card.problem, is_reference=backend == card.reference), request,
+                        summary, reporter, time.monotonic(), tracer, span)
         return
     import onnx  # noqa: F401 - declared_signature needed it already; the feeds need numpy
     from madengine.bench.runner import declared_signature
@@ -311,53 +338,71 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
     reference_outputs, reference_failure = None, ""
     if card.reference == "onnx-reference":
         reporter.message(f"madengine: {entry.name}: reference outputs from onnx's reference evaluator")
-        answer, outputs = runner("onnx-reference", entry.path, feeds, card.shapes, timed=False,
-                                 batch_size=card.batch_size, key=_key(entry.name, "onnx-reference"))
+        with _cell_span(tracer, card, "onnx-reference", summary) as span:
+            answer, outputs = runner("onnx-reference", entry.path, feeds, card.shapes, timed=False,
+                                     batch_size=card.batch_size, key=_key(entry.name, "onnx-reference"),
+                                     phase=PhaseSpans(tracer))
+            if answer["outcome"] != RAN:
+                span.set_error(answer["reason"])
         reference_outputs = outputs if answer["outcome"] == RAN else None
         reference_failure = "" if reference_outputs is not None else answer["reason"]
     baseline: float | None = None
     for backend in card.backends:
-        started = time.monotonic()
-        is_reference = backend == card.reference
-        if reference_failure or (reference_outputs is None and not is_reference):
-            why = reference_failure or "the reference produced no outputs"
-            _finish(card, Cell(backend, ERROR, f"not checked: the reference {card.reference} failed ({why})"),
-                    request, summary, reporter, started)
-            continue
-        reporter.message(f"madengine: {entry.name} on {backend}" + (" (reference)" if is_reference else ""))
-        answer, outputs = runner(backend, entry.path, feeds, card.shapes, timed=True, batch_size=card.batch_size,
-                                 key=_key(entry.name, backend))
-        cell = _judge(backend, answer, outputs, reference_outputs, card.tolerance, is_reference)
-        if is_reference:
-            reference_outputs = outputs if cell.status == PASS else None
-            if reference_outputs is None:
-                reference_failure = cell.reason
-        if backend == BASELINE and cell.p50_ms:
-            baseline = cell.p50_ms
-        if baseline and cell.p50_ms:
-            cell.ratio = cell.p50_ms / baseline
-        _finish(card, cell, request, summary, reporter, started)
+        with _cell_span(tracer, card, backend, summary) as span:
+            started = time.monotonic()
+            is_reference = backend == card.reference
+            if reference_failure or (reference_outputs is None and not is_reference):
+                why = reference_failure or "the reference produced no outputs"
+                _finish(card, Cell(backend, ERROR, f"not checked: the reference {card.reference} failed ({why})"),
+                        request, summary, reporter, started, tracer, span)
+                continue
+            reporter.message(f"madengine: {entry.name} on {backend}" + (" (reference)" if is_reference else ""))
+            phases = PhaseSpans(tracer)
+            answer, outputs = runner(backend, entry.path, feeds, card.shapes, timed=True, batch_size=card.batch_size,
+                                     key=_key(entry.name, backend), phase=phases)
+            cell = _judge(backend, answer, outputs, reference_outputs, card.tolerance, is_reference, phases)
+            if is_reference:
+                reference_outputs = outputs if cell.status == PASS else None
+                if reference_outputs is None:
+                    reference_failure = cell.reason
+            if backend == BASELINE and cell.p50_ms:
+                baseline = cell.p50_ms
+            if baseline and cell.p50_ms:
+                cell.ratio = cell.p50_ms / baseline
+            _finish(card, cell, request, summary, reporter, started, tracer, span)
+
+
+def _cell_span(tracer: Any, card: ModelCard, backend: str, summary: ScorecardSummary) -> Any:
+    """The ``model`` span of one cell (one model on one backend)."""
+    return tracer.span(names.SPAN_MODEL, model_attributes(card.entry.name, backend, _executor(summary)))
 
 
 def _judge(backend: str, answer: dict[str, Any], outputs: dict[str, Any], reference: dict[str, Any] | None,
-           tolerance: Tolerance, is_reference: bool) -> Cell:
+           tolerance: Tolerance, is_reference: bool, phase: Any) -> Cell:
     outcome = answer["outcome"]
     if outcome != RAN:
         status = ERROR if outcome == CELL_ERROR else UNSUPPORTED
         return Cell(backend, status, answer.get("reason", ""), answer.get("operator"), is_reference, answer)
     if is_reference:
         return Cell(backend, PASS, "reference", None, True, answer)
-    verdict = compare_outputs(outputs, reference or {}, tolerance)
+    with phase(names.SPAN_CHECK):
+        verdict = compare_outputs(outputs, reference or {}, tolerance)
     status = PASS if verdict.ok else MISMATCH
     return Cell(backend, status, verdict.reason(), None, False, answer, verdict)
 
 
 def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: ScorecardSummary, reporter: Reporter,
-            started: float) -> None:
+            started: float, tracer: Any, span: Any) -> None:
+    """The cell's row to perf.csv at once; its status, figure and ratio on its span."""
     from madengine.bench.scorecard.records import cell_record
 
     cell.record = cell_record(card, cell, request, summary, time.monotonic() - started)
-    append_records(request.output, [cell.record])
+    describe_span(span, cell.record)
+    span.set_attribute(names.ATTR_SCORECARD_STATUS, cell.status)
+    if cell.ratio:
+        span.set_attribute(names.ATTR_LATENCY_RATIO, cell.ratio)
+    with tracer.span(names.SPAN_RECORDING, parent=span):
+        append_records(request.output, [cell.record])
     card.cells.append(cell)
     shown = f" p50 {cell.p50_ms:.4g} ms" if cell.p50_ms else ""
     shown += f" ({cell.ratio:.2f}x)" if cell.ratio else ""

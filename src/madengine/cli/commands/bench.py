@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from madengine.cli.flags import add_perf_csv_argument
+from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.cli.env import CliReporter, Environment
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
@@ -136,6 +136,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="folder for per-run result JSON and profiles (default: madengine_runs)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
+    add_trace_arguments(parser)
     parser.add_argument("--cache-dir", metavar="DIR",
                         help="cache folder for builds and prepared models (default: $MADENGINE_CACHE_DIR, else "
                              "$XDG_CACHE_HOME/madengine, else ~/.cache/madengine)")
@@ -181,7 +182,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
         profile=args.profile, metric=args.metric, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
-        use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ)
+        use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ, **trace_settings(args))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
     if args.json:
@@ -192,7 +193,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if summary.outcomes and not args.no_html:
         write_html(env, summary.perf_csv)
     env.message(f"madengine: {len(summary.outcomes) - len(summary.failed)} succeeded, {len(summary.failed)} failed; "
-                f"rows in {summary.perf_csv}; results in {summary.run_dir}")
+                f"rows in {summary.perf_csv}; results in {summary.run_dir}" + trace_note(summary))
     return ExitStatus.FAILED if summary.failed else ExitStatus.OK
 
 
@@ -243,7 +244,8 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
         build_only=args.build_only, rebuild=args.rebuild, cache_dir=args.cache_dir, opset=args.opset, fp16=args.fp16,
         provider=providers[0], warmup=args.warmup, iterations=args.iterations, min_time=args.min_time,
         threads=args.threads, metric=args.metric, atol=args.atol, rtol=args.rtol, output=Path(args.perf_csv),
-        runs_dir=Path(args.runs_dir), command_line=env.host().command_line, environ=dict(env.environ))
+        runs_dir=Path(args.runs_dir), command_line=env.host().command_line, environ=dict(env.environ),
+        **trace_settings(args))
     summary = run_scripts(request, CliReporter(env))
     text = "\n\n".join(render_tree(script) for script in summary.scripts)
     if not args.analyze_only and summary.records:
@@ -259,8 +261,14 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
     taken = sum(len(s.models) for s in summary.scripts)
     env.message(f"madengine: {len(summary.scripts)} script(s), {found} model(s) found"
                 + ("" if args.analyze_only else f", {taken} taken; rows in {summary.perf_csv}; results in "
-                   f"{summary.run_dir}; builds in {summary.cache_dir}"))
+                   f"{summary.run_dir}; builds in {summary.cache_dir}") + trace_note(summary))
     return ExitStatus.OK if summary.ok else ExitStatus.FAILED
+
+
+def trace_note(summary) -> str:
+    """``; trace PATH`` for the last line when the command wrote a trace.json."""
+    path = getattr(summary.trace, "path", None)
+    return f"; trace {path}" if path else ""
 
 
 def render_tree(script) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
 from madengine.cli.env import CliReporter, Environment
-from madengine.cli.flags import add_perf_csv_argument
+from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
 
@@ -37,14 +37,6 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
                         help="context overrides as JSON or a Python dict literal, e.g. \"{'gpu_vendor': 'AMD'}\"")
     parser.add_argument("--additional-context-file", "-f", default=None, metavar="FILE",
                         help="context overrides from a JSON file (applied before --additional-context)")
-
-
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--trace", default=None, metavar="FILE",
-                       help="write the run's trace (Chrome trace-event JSON, opens in ui.perfetto.dev) to FILE "
-                            "instead of <runs dir>/<run id>/trace.json")
-    group.add_argument("--no-trace", action="store_true", help="record no trace (the trace_id column stays empty)")
 
 
 def add_image_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,8 +163,7 @@ def run_options(args: argparse.Namespace):
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.perf_csv), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
         force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
-        warmup_runs=args.warmup_runs, trace=not args.no_trace,
-        trace_file=Path(args.trace) if args.trace else None)
+        warmup_runs=args.warmup_runs, **trace_settings(args))
 
 
 def run_request(args: argparse.Namespace):

@@ -8,9 +8,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from madengine.cli.commands.bench import add_timing_arguments, tolerance
+from madengine.cli.commands.bench import add_timing_arguments, tolerance, trace_note
 from madengine.cli.env import CliReporter, Environment
-from madengine.cli.flags import add_perf_csv_argument
+from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.core.errors import ExitStatus
 
 DESCRIPTION = """\
@@ -68,6 +68,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="folder for per-run files (default: madengine_runs)")
     parser.add_argument("--json", action="store_true", help="print the scorecard as JSON on stdout")
+    add_trace_arguments(parser)
     parser.set_defaults(handler=handle)
 
 
@@ -78,7 +79,8 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         suite=args.suite, backends=args.backends, warmup=args.warmup, iterations=args.iterations,
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
         rtol=args.rtol, image=args.image, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
-        command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]), environ=dict(env.environ))
+        command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]), environ=dict(env.environ),
+        **trace_settings(args))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
     if db_url:
         from madengine.database.urls import parse_url
@@ -100,7 +102,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         _import_rows(summary, db_url, env)
     counts = summary.counts()
     env.message("madengine: " + ", ".join(f"{counts[s]} {s}" for s in counts)
-                + f"; rows in {summary.perf_csv}; files in {summary.run_dir}")
+                + f"; rows in {summary.perf_csv}; files in {summary.run_dir}" + trace_note(summary))
     return ExitStatus.FAILED if summary.failed else ExitStatus.OK
 
 
