@@ -53,7 +53,7 @@ def test_the_harness_names_its_phases_with_the_span_names():
 def test_bench_profile_spans_reach_the_collector_with_ort_operators_under_the_inference_span(tmp_path,
                                                                                            otlp_receiver):
     model = build_mlp(tmp_path / "mlp.onnx", batch_dim=4)
-    done = run_process("bench", str(model), "--profile", *FAST, "-o", "perf.csv", "--no-html", cwd=tmp_path,
+    done = run_process("bench", str(model), "--profile", *FAST, "-o", "perf.csv", cwd=tmp_path,
                        env=otlp_receiver.environ)
     assert done.returncode == 0, done.stderr
     spans = otlp_receiver.spans
@@ -86,6 +86,7 @@ def test_bench_profile_spans_reach_the_collector_with_ort_operators_under_the_in
     assert {s.trace_id for s in spans} == {root.trace_id}
     (row,) = read_rows(tmp_path / "perf.csv")
     assert row["trace_id"] == root.trace_id
+    assert f'href="madengine_runs/{row["run_id"]}/trace.json"' in (tmp_path / "perf.html").read_text()
     document = _trace_file(tmp_path / "madengine_runs")
     assert document["otherData"]["trace_id"] == root.trace_id
     events = {e["args"]["span.id"]: e for e in document["traceEvents"] if e["ph"] == "X"}
@@ -132,6 +133,7 @@ def test_scorecard_spans_per_cell_reach_the_collector(tmp_path, otlp_receiver):
                 names.SPAN_RECORDING} <= phases
         assert (names.SPAN_CHECK in phases) == (backend == "onnxruntime-cpu-opt-all")  # the reference is not checked
     assert cells["onnxruntime-cpu-opt-all"].attributes[names.ATTR_LATENCY_RATIO] > 0
+    assert len(otlp_receiver.requests) == 1  # a short command sends one batch, at its end
     assert {r["trace_id"] for r in read_rows(tmp_path / "perf.csv")} == {root.trace_id}
     assert _trace_file(tmp_path / "madengine_runs")["otherData"]["trace_id"] == root.trace_id
 
@@ -200,3 +202,23 @@ def test_cpu_monitor_samples_become_counter_tracks_of_the_model_span(model_repo,
     rss = [e["args"]["MiB"] for e in document["traceEvents"] if e["ph"] == "C" and e["name"] == "cpu_monitor.rss_mb"]
     assert max(rss) >= 64  # busy.py holds 64 MiB: the real samples, not placeholders
     assert re.fullmatch(r"[0-9a-f]{32}", read_rows(model_repo / "perf.csv")[0]["trace_id"])
+
+
+def test_checkpoints_export_every_interval_and_always_write_the_file(tmp_path, otlp_receiver, monkeypatch):
+    from types import SimpleNamespace
+
+    from madengine.tracing import command
+
+    settings = SimpleNamespace(trace=True, trace_file=None)
+    tracer = command.start_tracer(settings, otlp_receiver.environ, print, "r1")
+    with tracer.span(names.SPAN_MODEL):
+        pass
+    command.tracer_checkpoint(tracer, settings, tmp_path, otlp_receiver.environ, print)
+    assert (tmp_path / names.TRACE_FILE).is_file() and otlp_receiver.requests == []  # not due yet
+    monkeypatch.setattr(command, "EXPORT_INTERVAL_S", 0.0)
+    command.tracer_checkpoint(tracer, settings, tmp_path, otlp_receiver.environ, print)
+    assert [s.name for s in otlp_receiver.spans] == [names.SPAN_MODEL]
+    with tracer.span(names.SPAN_RECORDING):
+        pass
+    command.finish_tracer(tracer, settings, tmp_path, otlp_receiver.environ, print)
+    assert [s.name for s in otlp_receiver.spans] == [names.SPAN_MODEL, names.SPAN_RECORDING]  # each span once

@@ -284,8 +284,7 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
     cpu = engine.cpu_model()
     prepared = prepared_cache.prepare(entry.path, plan.sha256, plan.provider, ort_version, cpu, platform.machine(),
                                       request.environ, request.use_cache)
-    record = _base_record(entry, plan, request, summary.run_id, started_at)
-    record.trace_id = tracer.trace_id
+    record = _base_record(entry, plan, request, summary.run_id, started_at, tracer.trace_id)
     phases = PhaseSpans(tracer)
     try:
         result, prepared = _run_prepared(entry, options, prepared, phases)
@@ -335,7 +334,8 @@ def _with_prepared(options: engine.BenchOptions, prepared: prepared_cache.Prepar
                                provider_options=dict(prepared.provider_options))
 
 
-def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str) -> PerfRecord:
+def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str,
+                 trace_id: str) -> PerfRecord:
     from madengine import __version__
     from madengine.core.ids import machine_name
 
@@ -344,7 +344,7 @@ def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: 
         model=entry.name, status=Status.FAILURE, n_gpus="0" if vendor == "CPU" else "1",
         args=_args_text(entry, plan, request), tags=entry.set, machine_name=machine_name(),
         gpu_architecture=gpu_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
-        build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, executor="bench",
+        build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, trace_id=trace_id, executor="bench",
         started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
         command_line=request.command_line,
         backend=f"onnxruntime-{engine.short_provider(plan.provider)}")  # part of the result identity

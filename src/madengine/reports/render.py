@@ -96,13 +96,17 @@ def rows_view(table: PerfTable, limit: int) -> RowsView:
     )
 
 
+#: a row's artifact one folder below its run folder: run's log, bench's result (``<runs>/<run id>/<key>/...``)
+_RUN_FOLDER_ANCHORS = ("run.log", "bench_result.json")
+
+
 def _trace_file(table: PerfTable, row: list[str]) -> str:
-    """The trace.json of a run's row: the run folder of its logs (``<runs>/<run id>/<key>/run.log``)."""
+    """The trace.json of a run's or bench's row: in the run folder of its log or result file."""
     i_trace, i_artifacts = table.index("trace_id"), table.index("artifacts")
     if i_trace is None or i_artifacts is None or not row[i_trace].strip():
         return ""
-    log = next((a for a in row[i_artifacts].split(",") if a.strip().endswith("run.log")), "")
-    return str(Path(log.strip()).parent.parent / "trace.json") if log else ""
+    anchor = next((a.strip() for a in row[i_artifacts].split(",") if a.strip().endswith(_RUN_FOLDER_ANCHORS)), "")
+    return str(Path(anchor).parent.parent / "trace.json") if anchor else ""
 
 
 def _clip(text: str) -> str:

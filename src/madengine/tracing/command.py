@@ -34,11 +34,18 @@ def trace_path(settings: TraceSettings, run_dir: Path) -> Path:
     return Path(settings.trace_file) if settings.trace_file else Path(run_dir) / TRACE_FILE
 
 
+#: a checkpoint exports over OTLP only when this long has passed since the last export: a long
+#: command's spans reach the collector as it goes, a short one sends one batch at its end
+#: (each export costs a few milliseconds of the command's time)
+EXPORT_INTERVAL_S = 10.0
+
+
 def tracer_checkpoint(tracer: Any, settings: TraceSettings, run_dir: Path, environ: Mapping[str, str],
                       warn: Warn) -> None:
-    """trace.json with everything so far (and the new spans exported)."""
+    """trace.json with everything so far (and the new spans exported, every EXPORT_INTERVAL_S)."""
     if tracer.enabled:
-        flush(tracer, trace_path(settings, run_dir), environ=environ, warn=warn)
+        due = tracer.now_ns() - tracer.exported_at_ns >= EXPORT_INTERVAL_S * 1e9
+        flush(tracer, trace_path(settings, run_dir), environ=environ, warn=warn, export=due)
 
 
 def finish_tracer(tracer: Any, settings: TraceSettings, run_dir: Path | None, environ: Mapping[str, str],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Mapping, NamedTuple
 
-from madengine.tracing.tracer import NullTracer, Tracer
+from madengine.tracing.tracer import NullTracer, Tracer, export_requested
 
 
 class FlushResult(NamedTuple):
@@ -74,6 +74,8 @@ def _write_file(tracer: Tracer, snapshot, path: Path, say: Callable[[str], None]
 
 def _export(tracer: Tracer, snapshot, environ: Mapping[str, str], say: Callable[[str], None],
             written: Path | None) -> int:
+    if not export_requested(environ):
+        return 0  # the common case costs no import
     from madengine.tracing import otlp  # urllib and the SDK only when a flush may export
 
     try:

@@ -198,6 +198,7 @@ class Tracer:
         self.file_id = os.urandom(8).hex()  #: this process's trace.json in merged files
         self.warned: set[str] = set()  #: warnings the sinks gave already (each is said once)
         self.export_failed = False  #: after one failed OTLP export the others are not tried
+        self.exported_at_ns = self._origin_ns  #: when spans were last handed to the OTLP exporter
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], *, enabled: bool = True,
@@ -214,7 +215,7 @@ class Tracer:
         parent = parse_traceparent(text)
         if text and parent is None and warn:
             warn(f"madengine: ignoring malformed {ENV_TRACEPARENT}={text[:80]!r}; this run starts a new trace")
-        if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        if export_requested(environ):
             _preload_exporter()
         return cls(parent=parent, tracestate=environ.get(ENV_TRACESTATE, "") if parent else "", resource=resource)
 
@@ -373,6 +374,7 @@ class Tracer:
         with self._lock:
             spans = self._finished[self._exported:]
             self._exported = len(self._finished)
+            self.exported_at_ns = self.now_ns()
         return spans
 
     def snapshot(self) -> TraceSnapshot:
@@ -380,6 +382,11 @@ class Tracer:
             return TraceSnapshot(self.trace_id, self.remote_parent_id, self.sampled, self._origin_ns,
                                  dict(self.resource), list(self._finished), list(self._open.values()),
                                  list(self._counters), list(self._child_traces))
+
+
+def export_requested(environ: Mapping[str, str]) -> bool:
+    """Whether the environment names an OTLP collector (the settings themselves are read by ``otlp``)."""
+    return bool(environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
 _preloading = threading.Lock()

@@ -206,7 +206,9 @@ class ScriptBenchSummary:
         return all(s.ok for s in self.scripts)
 
     def to_json(self) -> dict[str, Any]:
+        from madengine.bench.runner import trace_file_text
+
         return {"run_id": self.run_id, "perf_csv": str(self.perf_csv) if self.perf_csv else None,
                 "run_dir": str(self.run_dir), "cache_dir": str(self.cache_dir), "trace_id": self.trace_id,
-                "trace": str(self.trace.path) if getattr(self.trace, "path", None) else None,
+                "trace": trace_file_text(self.trace),
                 "scripts": [s.to_json() for s in self.scripts]}

@@ -25,7 +25,7 @@ raised before any model ran, or in which no model was found, gets a FAILURE row 
 Trace: a ``madengine.bench`` span, a ``script`` span per script (``analysis``, then per model its
 ``onnx_build`` and one ``model`` span per backend with the phases of
 :func:`madengine.bench.backends.measure_backend` and the ``check``), in the run folder's trace.json
-(none with ``--analyze-only``, which writes no file; its spans are still exported).
+(an analysis, ``--analyze-only``, writes one only to ``--trace FILE``; its spans are exported all the same).
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ from madengine.bench.pytorch.results import (
     BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult,
 )
 from madengine.bench.runner import folder_name, gpu_architecture, unused_folder
+from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.core.clock import utc_now
 from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Status, append_records
 from madengine.results.record import Provenance, RecordFactory
 from madengine.results.spans import describe_span
-from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
