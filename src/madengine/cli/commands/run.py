@@ -11,6 +11,7 @@ from madengine.cli.env import CliReporter, Environment
 from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
+from madengine.core.values import MAX_TIMEOUT
 
 
 def _timeout(text: str) -> int:
@@ -18,8 +19,8 @@ def _timeout(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of seconds") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError("must be -1 (model/default), 0 (never) or a positive number of seconds")
+    if value < -1 or value > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be -1 (model/default), 0 (never) or 1 to {MAX_TIMEOUT} seconds")
     return value
 
 
