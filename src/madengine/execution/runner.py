@@ -328,6 +328,7 @@ class ModelRunner:
         work folder; the kept repeats, or the reason the steps could not complete."""
         warmup, repeat = self.repetitions(spec.model)
         repeats = Repeats(warmup=warmup)
+        model_failed = ""  # a model that exits non-zero stops repeating, but its post-scripts still run
         with open_log(spec.log_path) as log:
             for step in spec.steps:
                 for n in range(warmup + repeat if step.is_model else 1):
@@ -335,6 +336,10 @@ class ModelRunner:
                     if step.is_model:
                         facts.test_duration = (facts.test_duration or 0.0) + result.duration
                     reason = self._step_failure(spec, step, result, n, warmup + repeat)
+                    if reason and step.is_model and result.exit_code not in (None, 0) and not result.timed_out \
+                            and result.interrupted is None and not result.error:
+                        model_failed, repeats.ran = reason, True
+                        break
                     if reason:
                         return reason
                     if step.is_model:
@@ -346,6 +351,8 @@ class ModelRunner:
                                 if isinstance(table, str):
                                     return table
                                 repeats.tables.append(table)
+        if model_failed:
+            return model_failed
         if not repeats.ran:
             return "no model step to run"
         return repeats
