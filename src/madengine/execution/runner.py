@@ -268,6 +268,10 @@ class ModelRunner:
             for extend in self.extensions:
                 extend(spec)
             facts.absorb(spec)
+            warmup, repeat = self.repetitions(model)
+            # --keep-alive keeps a running container to look into, so it never runs one-shot
+            spec.one_shot = len(spec.steps) == 1 and spec.steps[0].is_model and warmup + repeat == 1 \
+                and not self.options.keep_alive
             with self._phase(model, names.SPAN_CONTAINER_START, {names.ATTR_IMAGE: spec.image}):
                 self.executor.start(spec)
             started = True
