@@ -135,7 +135,7 @@ def test_sorting_filtering_paging_and_model_grouping(chromium, page, tmp_path):
     driven.write_text(page.read_text().replace("</body>", DRIVER + "</body>"))
     dom = browse(chromium, driven, tmp_path / "profile", "--dump-dom")
     seen = json.loads(html.unescape(re.search(r'<pre id="driver-result">(.*?)</pre>', dom, re.S).group(1)))
-    assert seen["first_page"] == PAGE_SIZE and seen["header"][:4] == ["model", "status", "performance", "metric"]
+    assert seen["first_page"] == PAGE_SIZE and seen["header"][:5] == ["model", "status", "reason", "performance", "metric"]
     ascending = [float(v) for v in seen["ascending"]]
     descending = [float(v) for v in seen["descending"]]
     assert ascending == sorted(ascending) and ascending[0] == 11.0

@@ -11,6 +11,8 @@ from madengine.cli.env import CliReporter, Environment
 from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
+from madengine.core.values import MAX_TIMEOUT
+from madengine.cli.commands import SUMMARIES
 
 
 def _timeout(text: str) -> int:
@@ -18,8 +20,8 @@ def _timeout(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of seconds") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError("must be -1 (model/default), 0 (never) or a positive number of seconds")
+    if value < -1 or value > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be -1 (model/default), 0 (never) or 1 to {MAX_TIMEOUT} seconds")
     return value
 
 
@@ -116,7 +118,7 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="build and run models, record their performance",
+    parser = subparsers.add_parser("run", help=SUMMARIES["run"],
                                    description="Build each selected model's image, run it, and append one row per "
                                                "result to perf.csv. Exit 1 when any model failed.")
     add_run_arguments(parser)
