@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from conftest import FIXTURES, run_process
@@ -139,8 +140,6 @@ def test_scorecard_spans_per_cell_reach_the_collector(tmp_path, otlp_receiver):
 
 
 def test_bench_script_spans_per_model_and_backend(tmp_path):
-    import shutil
-
     shutil.copy(FIXTURES / "scripts" / "two_models.py", tmp_path / "two_models.py")
     done = run_process("bench", "two_models.py", "--iterations", "3", "--warmup", "1", "--threads", "1",
                        "--cache-dir", "cache", "-o", "perf.csv", "--no-html", cwd=tmp_path)
