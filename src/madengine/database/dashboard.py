@@ -32,6 +32,8 @@ LATEST_COLUMNS = ("id", "status", "performance", "metric", "reason", "run_id", "
 SERIES_COLUMNS = ("id", *IDENTITY_FIELDS, "status", "performance", "perf_samples", "perf_n", "perf_min", "perf_max",
                   "perf_ci95_low", "perf_ci95_high", "run_id", "started_at", "machine_name", "tags", "reason",
                   "created_date")
+#: what ``report compare`` needs of a run's rows
+COMPARE_COLUMNS = (*IDENTITY_FIELDS, "status", "performance", "perf_samples", "run_id")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,7 +227,14 @@ class Reader:
             return [row for row in rows if ResultIdentity.from_row(row) == identity]
         return self._run(work)
 
-    def run_rows(self, run_id: str) -> list[dict[str, str]]:
-        """The rows of one run, in insertion order, shaped like perf.csv rows (``fetch_run``)."""
-        return self._run(lambda store: store.fetch_run(run_id))
+    def run_rows(self, run_id: str, columns: Sequence[str] | None = None) -> list[dict[str, str]]:
+        """The rows of one run, in insertion order: shaped like perf.csv rows (``fetch_run``), or only
+        ``columns`` of them."""
+        def work(store: SqlStore) -> list[dict[str, str]]:
+            if columns is None:
+                return store.fetch_run(run_id)
+            select, names = self._select(store, columns)
+            rows = store._execute(f"SELECT {select} FROM {{t}} WHERE run_id = ? ORDER BY id", (run_id,)).fetchall()
+            return self._dicts(names, columns, rows)
+        return self._run(work)
 

@@ -63,6 +63,15 @@ NAV = (("overview", "/", "Overview"), ("trend", "/trend", "Trends"), ("runs", "/
        ("compare", "/compare", "Compare"), ("changes", "/changes", "Changes"))
 
 
+class Json(JSONResponse):
+    """JSON by orjson (a core dependency): several times faster than the standard library on big views."""
+
+    def render(self, content: Any) -> bytes:
+        import orjson
+
+        return orjson.dumps(content)
+
+
 # --- access ------------------------------------------------------------------------------------
 
 def cookie_value(token: str) -> str:
@@ -165,6 +174,7 @@ def templates() -> jinja2.Environment:
                        change=lambda v: "" if v is None else format_change(v / 100),
                        when=lambda text: (text or "").replace("T", " ")[:19])
     env.globals["query"] = lambda values: urlencode([(k, v) for k, v in values.items() if v not in ("", None)])
+    env.globals["m"] = env.get_template("_macros.html.j2").module  # in whole pages and in their #live part alike
     return env
 
 
@@ -186,7 +196,7 @@ def render(request: Request, page: str, data: dict[str, Any], filters: Filters |
 
 def _error(message: str, status: int, api: bool, request: Request, dashboard: Dashboard) -> Response:
     if api:
-        return JSONResponse({"error": message}, status_code=status)
+        return Json({"error": message}, status_code=status)
     data = {"database": {"url": dashboard.url_shown, "table": dashboard.table, "version": 0}, "error": message,
             "status": status}
     return render(request, "error", data, None, status, title=f"{status}")
@@ -207,7 +217,7 @@ def _view(dashboard: Dashboard, compute: Callable[[Filters], dict[str, Any]], *,
         except MadEngineError as exc:
             return _error(str(exc), 503, api, request, dashboard)
         if api:
-            return JSONResponse(data)
+            return Json(data)
         if chart:
             for series in data.get("series", []):
                 series["chart"] = trend_chart(series["points"], series["changes"], series["identity"]["metric"])

@@ -26,6 +26,7 @@ DEFAULT_THRESHOLD = 3.0  # percent, as `report compare`
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?$")
 KINDS = ("regression", "improvement", "change")
+VERDICTS = ("slower", "faster", "inconclusive", "new", "missing", "unchanged")
 
 #: text filters and what they match
 TEXT_FIELDS = ("model", "tag", "gpu_architecture", "executor", "machine", "old", "new", "run")
@@ -50,6 +51,7 @@ class Filters:
     new: str = ""  #: compare: the new run id
     threshold: float = DEFAULT_THRESHOLD  #: compare: minimum effect size, percent
     across: bool = False  #: compare across environments
+    verdict: str = ""  #: compare: only results with this verdict
     page: int = 1
     per_page: int = PER_PAGE
 
@@ -164,6 +166,7 @@ def parse(params: Mapping[str, str]) -> Filters:
     values: dict[str, Any] = {name: _text(params, name) for name in TEXT_FIELDS}
     values["status"] = _choice(params, "status", Status.ALL)
     values["kind"] = _choice(params, "kind", KINDS)
+    values["verdict"] = _choice(params, "verdict", VERDICTS)
     values["since"] = normalize_time(_text(params, "since"), "since")
     values["until"] = normalize_time(_text(params, "until"), "until", end=True)
     if values["since"] and values["until"] and values["since"] > values["until"]:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from madengine.core.errors import InputError
-from madengine.database.dashboard import IdentityEntry, Reader, RunEntry, Version
-from madengine.reports.compare import compare_rows
+from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
+from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
 from madengine.reports.metrics import lower_is_better
 from madengine.reports.regressions import Change, series_from_rows
 from madengine.results.columns import Status
@@ -28,14 +28,15 @@ from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.server import files
 from madengine.server.changes import ChangeWatch
-from madengine.server.filters import Filters, row_time
+from madengine.server.filters import VERDICTS, Filters, row_time
 from madengine.stats.compare import ALPHA
 
 T = TypeVar("T")
 MAX_TRENDS = 12  #: identities charted on one trend page (narrow the filters for others)
 MAX_FAILURES = 50  #: failures listed first on the overview
 RECENT_CHANGES = 10  #: changes on the overview
-MEMO_SIZE = 128  #: views kept per data version (runs, identities, comparisons)
+#: compare verdicts in the order a person reads them: what got worse first, what did not change last
+VERDICT_ORDER = VERDICTS
 HOW_TO_FILL = ("madengine run --tags TAGS --db-url URL",
                "madengine database update-table --csv-file-path perf.csv --db-url URL")
 
@@ -88,11 +89,34 @@ def _page(items: Sequence[T], filters: Filters) -> tuple[list[T], dict[str, int]
 
 
 def _change_json(change: Change) -> dict[str, Any]:
-    return {**change.to_json(), "label": change.identity.label()}
+    return change.to_json()
 
 
 def _change_time(change: Change) -> tuple[str, str]:
     return change.after_run.started_at, change.after_run.run
+
+
+class Memo:
+    """Values computed for a data version, at most ``size`` of them (least recently used out first)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: collections.OrderedDict[tuple[Any, ...], tuple[int, Any]] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...], version: int, compute: Callable[[], T]) -> T:
+        with self._lock:
+            hit = self._values.get(key)
+            if hit is not None and hit[0] == version:
+                self._values.move_to_end(key)
+                return hit[1]
+        value = compute()
+        with self._lock:
+            self._values[key] = (version, value)
+            self._values.move_to_end(key)
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
 
 
 class Dashboard:
@@ -105,33 +129,24 @@ class Dashboard:
         self.table = table
         self.cwd = cwd or Path.cwd()
         self.changes = ChangeWatch(reader, self.entries)
-        self._memo: collections.OrderedDict[tuple[Any, ...], tuple[int, Any]] = collections.OrderedDict()
-        self._lock = threading.Lock()
+        # what is kept, per data version (least recently used first out): sized so that a server over a
+        # million rows stays small (a run's full rows are megabytes; its compare groups far less)
+        self._latest = Memo(4)  # identities, their latest rows, runs
+        self._identity_rows = Memo(16)
+        self._run_rows = Memo(2)
+        self._groups = Memo(32)  # per run: its samples grouped by identity, for comparisons
+        self._compared = Memo(8)
 
-    # --- data versions and memos ---
+    # --- data versions ---
 
     def version(self) -> Version:
         return self.reader.version()
-
-    def _memoized(self, key: tuple[Any, ...], version: int, compute: Callable[[], T]) -> T:
-        with self._lock:
-            hit = self._memo.get(key)
-            if hit is not None and hit[0] == version:
-                self._memo.move_to_end(key)
-                return hit[1]
-        value = compute()
-        with self._lock:
-            self._memo[key] = (version, value)
-            self._memo.move_to_end(key)
-            while len(self._memo) > MEMO_SIZE:
-                self._memo.popitem(last=False)
-        return value
 
     def entries(self) -> list[IdentityEntry]:
         version = self.version()
         if not version.exists:
             return []
-        return self._memoized(("entries",), version.max_id, self.reader.identities)
+        return self._latest.get(("entries",), version.max_id, self.reader.identities)
 
     def _items(self, version: Version) -> list[dict[str, Any]]:
         """Every identity with its counts and latest row, failures first, then by label."""
@@ -141,7 +156,7 @@ class Dashboard:
             items = [self._item(e, latest.get(e.latest_id, {})) for e in entries]
             items.sort(key=lambda i: (i["latest"]["status"] != Status.FAILURE, i["label"].lower(), i["identity_key"]))
             return items
-        return self._memoized(("items",), version.max_id, compute)
+        return self._latest.get(("items",), version.max_id, compute)
 
     @staticmethod
     def _item(entry: IdentityEntry, row: Mapping[str, str]) -> dict[str, Any]:
@@ -153,10 +168,16 @@ class Dashboard:
                 "failure": entry.failure, "skipped": entry.skipped, "latest": latest}
 
     def _runs(self, version: Version) -> list[RunEntry]:
-        return self._memoized(("runs",), version.max_id, self.reader.runs)
+        return self._latest.get(("runs",), version.max_id, self.reader.runs)
 
-    def _run_rows(self, run_id: str, version: Version) -> list[dict[str, str]]:
-        return self._memoized(("run", run_id), version.max_id, lambda: self.reader.run_rows(run_id))
+    def _groups_of(self, run_id: str, version: Version) -> dict[ResultIdentity, Side]:
+        """A run's SUCCESS samples per identity (``report compare``'s grouping); {} for an unknown run."""
+        def compute() -> dict[ResultIdentity, Side]:
+            rows = self.reader.run_rows(run_id, COMPARE_COLUMNS)
+            if not rows:
+                raise InputError(f"run {run_id!r} has no rows in the database", hint="/api/runs lists the runs")
+            return group_samples(rows, f"run {run_id}")
+        return self._groups.get((run_id,), version.max_id, compute)
 
     def database(self, version: Version) -> dict[str, Any]:
         return {"url": self.url_shown, "table": self.table, "exists": version.exists, "version": version.max_id}
@@ -247,7 +268,7 @@ class Dashboard:
     def series(self, entry: IdentityEntry, filters: Filters, version: Version) -> dict[str, Any]:
         """One identity: a point per run (the median of its samples, their min and max), the failed
         rows with their reasons, and the changes ``report regressions`` finds in its whole history."""
-        rows = self._memoized(("identity", entry.key), entry.latest_id, lambda: self.reader.identity_rows(entry.key))
+        rows = self._identity_rows.get((entry.key,), entry.latest_id, lambda: self.reader.identity_rows(entry.key))
         changes = self.changes.of(entry, rows)
         shown = [r for r in rows if in_window(r, filters) and (not filters.machine or r["machine_name"] == filters.machine)
                  and tag_matches(filters.tag, r["tags"], r["tag_configs"])]
@@ -314,7 +335,8 @@ class Dashboard:
         version = self.version()
         if not filters.run:
             raise InputError("name the run: run=<run id>", path="run", hint="/api/runs lists the runs")
-        rows = self._run_rows(filters.run, version) if version.exists else []
+        rows = self._run_rows.get((filters.run,), version.max_id, lambda: self.reader.run_rows(filters.run)) \
+            if version.exists else []
         if not rows:
             raise LookupError(f"run {filters.run!r} has no rows in {self.url_shown}")
         counts = dict.fromkeys(Status.ALL, 0)
@@ -350,25 +372,24 @@ class Dashboard:
                 "alpha": ALPHA, "across_environments": filters.across,
                 "runs": [r.run_id for r in reversed(runs)]}
         if not old or not new:
-            return {**base, "counts": {}, "warnings": [], "models": [], "empty": True}
+            return {**base, "counts": {}, "warnings": [], "models": [], "empty": True, "total": 0, "page": 1,
+                    "pages": 1, "per_page": filters.per_page}
 
-        def compute() -> dict[str, Any]:
-            sides = {}
+        def compute() -> CompareResult:
+            groups = []
             for flag, run_id in (("old", old), ("new", new)):
-                sides[flag] = self._run_rows(run_id, version)
-                if not sides[flag]:
-                    raise InputError(f"run {run_id!r} has no rows in the database", path=flag,
-                                     hint="/api/runs lists the runs")
-            result = compare_rows(sides["old"], sides["new"], filters.threshold / 100,
-                                  across_environments=filters.across, sources=(f"run {old}", f"run {new}"))
-            models = []
-            for comparison in result.comparisons:
-                models.append({**comparison.to_json(), "label": comparison.identity.label()})
-            return {"counts": result.counts(), "warnings": result.warnings, "models": models, "empty": False}
-        return {**base, **self._memoized(("compare", old, new, filters.threshold, filters.across), version.max_id,
-                                         compute)}
-
-
+                try:
+                    groups.append(self._groups_of(run_id, version))
+                except InputError as exc:
+                    raise InputError(str(exc).split(": ", 1)[-1], path=flag, hint=exc.hint) from None
+            result = compare_groups(groups[0], groups[1], filters.threshold / 100, across_environments=filters.across)
+            result.comparisons.sort(key=lambda c: VERDICT_ORDER.index(c.verdict))  # stable: the CLI's order otherwise
+            return result
+        result = self._compared.get((old, new, filters.threshold, filters.across), version.max_id, compute)
+        chosen = [c for c in result.comparisons if not filters.verdict or c.verdict == filters.verdict]
+        page, paging = _page(chosen, filters)
+        return {**base, "counts": result.counts(), "warnings": result.warnings, "empty": False, **paging,
+                "models": [c.to_json() for c in page]}
 
 def picking_identities(filters: Filters) -> Filters:
     """The filters that choose identities (model, tag, GPU architecture, executor, identity); the
