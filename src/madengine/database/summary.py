@@ -126,7 +126,7 @@ def refresh(store: "SqlStore", identity_keys: Iterable[str], run_ids: Iterable[s
     for run_id in sorted({r for r in run_ids if r}):
         aggregates = store._execute(f"SELECT {_RUN_AGGREGATES} FROM {{t}} WHERE run_id = ?",
                                     (*STATUSES, run_id)).fetchone()
-        if aggregates and aggregates[4]:
+        if aggregates and aggregates[2]:
             run_rows.append(_run_entry(run_id, aggregates))
     _replace(store, ids_table, IDS_COLUMNS, identity_rows)
     _replace(store, runs_table, RUNS_COLUMNS, run_rows)

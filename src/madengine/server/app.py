@@ -21,7 +21,6 @@ import functools
 import hashlib
 import hmac
 import json
-import logging
 import math
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -45,7 +44,6 @@ from madengine.server.config import ServerConfig
 from madengine.server.filters import Filters, parse
 from madengine.server.views import Dashboard
 
-LOG = logging.getLogger("madengine.server")
 STATIC = Path(__file__).parent / "static"
 COOKIE = "madengine_dashboard"
 FRAGMENT_HEADER = "x-dashboard-fragment"
