@@ -184,6 +184,16 @@ def measure_api(server: Server, chosen: list[ResultIdentity], runs: list[str]) -
     return results
 
 
+def during_background_pass(server: Server, chosen: list[ResultIdentity], runs: list[str]) -> tuple[float, float]:
+    """(median, p95) of page and API calls made while the change-point pass still runs after start."""
+    q = urllib.parse.quote
+    paths = []
+    for k in range(8):
+        paths += ["/", "/api/overview?status=FAILURE", "/trend?identity=" + q(chosen[(k * 71) % len(chosen)].key()),
+                  "/run?run=" + q(runs[(k * 29) % len(runs)]), "/runs"]
+    return quantiles([server.get(path)[0] for path in paths])
+
+
 def overview_in_chromium(base: str) -> list[float]:
     """Seconds from navigation to the overview being interactive (DOMContentLoaded, its script run)."""
     from playwright.sync_api import sync_playwright
@@ -219,6 +229,7 @@ def main() -> int:
             server.get("/api/version")
             runs = [r["run_id"] for r in json.loads(server.get("/api/runs?per_page=500")[1])["items"]]
             first_overview, _ = server.get("/")
+            during = during_background_pass(server, identities(args.identities), runs)
             complete = None
             while time.perf_counter() - started < 600:
                 state = json.loads(server.get("/api/changes?per_page=1")[1])
@@ -237,6 +248,8 @@ def main() -> int:
     print(f"  first overview page after start: {first_overview * 1000:.0f} ms")
     print(f"  change points of every identity (background, after start): "
           + (f"{complete:.1f} s" if complete is not None else "not done in 600 s"))
+    print(f"  pages and API while that pass runs (overview, trend, run, runs; 40 calls): median "
+          f"{during[0] * 1000:.0f} ms, p95 {during[1] * 1000:.0f} ms")
     print(f"  {'call':40} {'first ms':>9} {'median ms':>10} {'p95 ms':>8}   (each {CALLS} calls, other arguments)")
     failed = []
     for name, first, median, p95 in api:
