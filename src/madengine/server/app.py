@@ -201,12 +201,13 @@ def _error(message: str, status: int, api: bool, request: Request, dashboard: Da
 
 
 def _view(dashboard: Dashboard, compute: Callable[[Filters], dict[str, Any]], *, api: bool,
-          page: str = "", title: str = "", chart: bool = False) -> Callable[[Request], Response]:
+          page: str = "", title: str = "", chart: bool = False,
+          defaults: dict[str, str] | None = None) -> Callable[[Request], Response]:
     """A route: parse the URL's filters, compute the view, answer JSON or a page; bad input is a
     400, an unknown run or result a 404, an unreachable database a 503."""
     def endpoint(request: Request) -> Response:
         try:
-            filters = parse(request.query_params)
+            filters = parse({**(defaults or {}), **request.query_params})
             data = compute(filters)
         except InputError as exc:
             return _error(str(exc), 400, api, request, dashboard)
@@ -311,7 +312,8 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/trend", _view(d, d.trend, api=False, page="trend", title="Trends", chart=True)),
         Route("/runs", _view(d, d.runs, api=False, page="runs", title="Runs")),
         Route("/run", _view(d, d.run, api=False, page="run", title="Run")),
-        Route("/compare", _view(d, d.compare, api=False, page="compare", title="Compare")),
+        # a page of 50 comparisons: the worst first, and quick to draw for runs of thousands of results
+        Route("/compare", _view(d, d.compare, api=False, page="compare", title="Compare", defaults={"per_page": "50"})),
         Route("/changes", _view(d, d.changes_view, api=False, page="changes", title="Changes")),
         Route("/api/overview", _view(d, d.overview, api=True)),
         Route("/api/identities", _view(d, d.identities, api=True)),
