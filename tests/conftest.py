@@ -24,6 +24,22 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def _hypothesis_profiles() -> None:
+    """Property tests are derandomized (the same cases on every machine); CI runs 500 cases per
+    parser, a laptop 100 (HYPOTHESIS_PROFILE=ci to run CI's locally)."""
+    from hypothesis import HealthCheck, settings
+
+    common = dict(derandomize=True, database=None, deadline=None, print_blob=False,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                         HealthCheck.filter_too_much, HealthCheck.large_base_example])
+    settings.register_profile("ci", max_examples=500, **common)
+    settings.register_profile("dev", max_examples=100, **common)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if IN_CI else "dev"))
+
+
+_hypothesis_profiles()
+
+
 def require_service(name: str, available: bool, how: str) -> None:
     """Skip (laptop) or fail (CI=true) when a service the test needs is not there."""
     if available:

@@ -58,7 +58,7 @@ def model_log(row: dict) -> str:
 
 # -- credential.json and the environment ------------------------------------------------------------
 @pytest.mark.parametrize("content, message", [
-    ('{"DT_CANARY": {"username": "u",', "credential.json: not valid JSON (Expecting"),
+    ('{"DT_CANARY": {"username": "u",', "credential.json: malformed JSON at line 1"),
     ('["DT_CANARY"]', "credential.json: must hold a JSON object keyed by credential name, got a list"),
     ('{"DT_CANARY": "s3cr3t-value"}', "credential.json: DT_CANARY: must be a JSON object, got a string"),
     ('{"DT_CANARY": {"username": "u", "password": 1234567}}',
@@ -102,7 +102,7 @@ def test_environment_variable_overrides_the_file_and_bad_json_there_is_named(rep
     monkeypatch.setenv("DT_CANARY", "{'username': 'python-dict'}")
     result, _rows = run_local(cli, repo, "--tags", "dt_cred")
     assert result.code == 2
-    assert last_line(result).startswith("madengine: error: environment variable DT_CANARY: not valid JSON")
+    assert last_line(result).startswith("madengine: error: environment variable DT_CANARY: malformed JSON")
 
 
 def test_cred_entry_becomes_upper_cased_environment_variables():

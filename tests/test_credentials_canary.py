@@ -73,3 +73,54 @@ def _has_html_reports() -> bool:
     except ImportError:
         return False
     return True
+
+
+# -- passwords inside URLs: data provider endpoints and model urls (no Docker needed) ------------------
+def _leaks(folder: Path, canary: str) -> list[str]:
+    return [str(p) for p in folder.rglob("*")
+            if p.is_file() and p.name not in ("data.json", "models.json") and canary.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("executor", ["local"])
+def test_endpoint_password_reaches_no_output(tmp_path, monkeypatch, executor):
+    """A MinIO endpoint ``http://user:<canary>@host`` that cannot be reached: boto quotes the URL in its
+    error, which became the FAILURE reason (perf.csv, perf.html), run.log, stderr and --json."""
+    from test_data_servers import free_port
+
+    canary = "EPCANARY" + secrets.token_hex(8)
+    port = free_port()  # nothing listens there: boto's error quotes the endpoint URL
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "run.sh").write_text("echo 'performance: 1 x'\n")
+    (tmp_path / "models.json").write_text(json.dumps([{"name": "ep", "scripts": "s/run.sh", "data": "dep"}]))
+    (tmp_path / "data.json").write_text(json.dumps({"dep": {"minio": {
+        "path": "s3://bucket/prefix", "endpoint": f"http://minio-user:{canary}@127.0.0.1:{port}",
+        "secret_key": canary + "-other"}}}))
+    monkeypatch.chdir(tmp_path)
+    for name in ("MODEL_DIR", "MAD_AWS_S3"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MAD_MINIO", json.dumps({"USERNAME": "minio-key", "PASSWORD": "minio-secret-1"}))
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    process = run_process("run", "--tags", "ep", "--executor", executor, "--live-output", "--json", cwd=tmp_path)
+    assert process.returncode == 1, process.stderr[-3000:]
+    row = read_rows(tmp_path / "perf.csv")[-1]
+    assert row["status"] == "FAILURE" and "data not available" in row["reason"], row
+    assert "minio-user:******@127.0.0.1" in row["reason"], row  # the endpoint is named, its password is not
+    assert canary not in process.stdout and canary not in process.stderr
+    assert json.loads(process.stdout)["results"][0]["status"] == "FAILURE"
+    assert (tmp_path / "perf.html").is_file() and _leaks(tmp_path, canary) == []
+
+
+def test_model_url_password_is_masked_in_every_output(tmp_path, monkeypatch):
+    canary = "URLCANARY" + secrets.token_hex(8)
+    (tmp_path / "models.json").write_text(json.dumps([
+        {"name": "u", "scripts": "s/run.sh", "url": f"https://bob:{canary}@git.example.invalid/r.git",
+         "registry_url": f"https://reg-user:{canary}x@registry.example.invalid/v2"}]))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    for argv in (("discover", "--json"), ("discover", "--json", "--pretty"), ("discover",),
+                 ("discover", "--tags", f"nope:{canary}")):
+        process = run_process(*argv, cwd=tmp_path)
+        assert canary not in process.stdout and canary not in process.stderr, argv
+    shown = json.loads(run_process("discover", "--json", cwd=tmp_path).stdout)[0]
+    assert shown["url"] == "https://bob:******@git.example.invalid/r.git"
+    assert shown["registry_url"] == "https://reg-user:******@registry.example.invalid/v2"

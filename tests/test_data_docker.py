@@ -48,7 +48,7 @@ def test_every_provider_mounts_into_the_container(model_repo, cli, docker_client
     result = cli("run", "--tags", "dt_every", "--executor", "docker", "--force-mirror-local", str(mirror))
     assert result.code == 0, result
     row = read_rows(model_repo / "perf.csv")[-1]
-    assert (row["status"], row["performance"]) == ("SUCCESS", "8.0")
+    assert (row["status"], row["performance"]) == ("SUCCESS", "8")
     assert row["dataname"] == "dt_local,dt_rw,dt_aws,dt_minio,dt_nas,dt_custom"
     assert row["data_provider_type"] == "local,local,aws,minio,nas,custom"
     assert float(row["data_download_duration"]) > 0

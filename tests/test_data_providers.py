@@ -73,7 +73,7 @@ def test_local_folder_is_used_in_place_and_recorded(repo, cli, tmp_path):
     result, rows = run_rows(cli, repo, "--tags", "dt_local")
     assert result.code == 0, result
     row = rows[-1]
-    assert (row["status"], row["performance"]) == ("SUCCESS", "1.0")
+    assert (row["status"], row["performance"]) == ("SUCCESS", "1")
     assert (row["dataname"], row["data_provider_type"], row["data_download_duration"]) == ("dt_local", "local", "")
     log = model_log(row)
     assert f"MAD_DATAHOME={data}" in log  # the host folder itself: no copy
@@ -111,7 +111,7 @@ def test_undefined_data_name_is_a_one_line_error_naming_data_json(repo, cli):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{not json", "data.json: not valid JSON"),
+    ("{not json", "data.json: malformed JSON at line 1"),
     ('{"dt_local": {"ftp": {"path": "/x"}}}', "data.json: dt_local.ftp: unknown provider type 'ftp'"),
     ('{"dt_local": {"local": {"path": "/x", "mirrorlocal": "/m"}}}', "data.json: dt_local.local.mirrorlocal:"),
     ('{"dt_local": {"local": {"path": "/x", "readwrite": "maybe"}}}', "data.json: dt_local.local.readwrite:"),
@@ -133,7 +133,7 @@ def test_aws_downloads_then_a_mirror_is_reused_and_changes_are_fetched(repo, cli
     result, rows = run_rows(cli, repo, "--tags", "dt_aws")
     assert result.code == 0, result
     first = rows[-1]
-    assert (first["status"], first["performance"]) == ("SUCCESS", "3.0")
+    assert (first["status"], first["performance"]) == ("SUCCESS", "3")
     assert (first["dataname"], first["data_provider_type"]) == ("dt_aws", "aws")
     assert first["data_size"] and float(first["data_download_duration"]) >= 0
     assert "3 file(s) downloaded" in result.stderr

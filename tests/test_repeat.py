@@ -36,7 +36,7 @@ def repo(tmp_path, monkeypatch):
         {"name": "rep_fails", "scripts": "scripts/fails.sh"},
         {"name": "rep_multi", "scripts": "scripts/multi.sh", "multiple_results": "out.csv"},
     ], {"counter.sh": COUNTER,
-        "fails.sh": COUNTER + "[ \"$n\" -ge 3 ] && python3 -c 'raise ValueError(\"bad shape (3, 4)\")'\nexit 0\n",
+        "fails.sh": COUNTER + "if [ \"$n\" -ge 3 ]; then python3 -c 'raise ValueError(\"bad shape (3, 4)\")'; exit; fi\n",
         "multi.sh": COUNTER + "printf 'model,performance,metric\\na,%s,x\\nb,%s,y\\n' $n $((n * 10)) > out.csv\n"})
     monkeypatch.chdir(root)
     return root

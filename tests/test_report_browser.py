@@ -135,7 +135,7 @@ def test_sorting_filtering_paging_and_model_grouping(chromium, page, tmp_path):
     driven.write_text(page.read_text().replace("</body>", DRIVER + "</body>"))
     dom = browse(chromium, driven, tmp_path / "profile", "--dump-dom")
     seen = json.loads(html.unescape(re.search(r'<pre id="driver-result">(.*?)</pre>', dom, re.S).group(1)))
-    assert seen["first_page"] == PAGE_SIZE and seen["header"][:4] == ["model", "status", "performance", "metric"]
+    assert seen["first_page"] == PAGE_SIZE and seen["header"][:5] == ["model", "status", "reason", "performance", "metric"]
     ascending = [float(v) for v in seen["ascending"]]
     descending = [float(v) for v in seen["descending"]]
     assert ascending == sorted(ascending) and ascending[0] == 11.0
@@ -161,3 +161,45 @@ def test_email_body_renders(chromium, tmp_path):
     shot.unlink(missing_ok=True)
     browse(chromium, target, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1100,1400")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+VISIBILITY_DRIVER = """
+<script>
+(function () {
+  var rows = document.getElementById("rows");
+  var header = Array.prototype.map.call(rows.tHead.rows[0].cells, function (th) { return th.textContent; });
+  var reason = header.indexOf("reason");
+  var failing = Array.prototype.filter.call(rows.tBodies[0].rows, function (tr) {
+    return tr.classList.contains("failure"); })[0];
+  var cell = failing.cells[reason].getBoundingClientRect();
+  var seen = {viewport: window.innerWidth, reason_left: cell.left, reason_right: cell.right,
+              reason_text: failing.cells[reason].textContent};
+  var out = document.createElement("pre"); out.id = "seen"; out.textContent = JSON.stringify(seen);
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+def test_failure_reasons_are_visible_at_1280_px(chromium, tmp_path):
+    """A FAILURE row's reason is on screen in a 1280 px window, without scrolling sideways."""
+    reason = ("model script exited with code 3: ValueError: the input has shape (3, 224, 224) but the model "
+              "expects (3, 256, 256); resize the images or pass --size 224 (and a lot more words to wrap)")
+    csv = tmp_path / "perf.csv"
+    append_records(csv, [PerfRecord(model="resnet50_training_long_name", status="SUCCESS", performance=1234.5,
+                                    metric="images_per_second", docker_image="ci-resnet50_training_long_name_rocm",
+                                    machine_name="node-with-a-long-host-name-01", gpu_architecture="gfx942",
+                                    run_id="20261123-120000-abcdef", started_at="2026-11-23T12:00:00+00:00"),
+                         PerfRecord(model="bert_large_inference", status="FAILURE", reason=reason,
+                                    docker_image="ci-bert_large_inference_rocm", machine_name="node-01",
+                                    run_id="20261123-120000-abcdef", started_at="2026-11-23T12:00:00+00:00")])
+    page = csv_to_html(csv)
+    driven = page.with_name("visible.html")
+    driven.write_text(page.read_text().replace("</body>", VISIBILITY_DRIVER + "</body>"))
+    dom = browse(chromium, driven, tmp_path / "profile", "--dump-dom", "--window-size=1280,900")
+    seen = json.loads(html.unescape(re.search(r'<pre id="seen">(.*?)</pre>', dom, re.S).group(1)))
+    assert seen["viewport"] == 1280 and seen["reason_text"].startswith("model script exited with code 3")
+    assert 0 <= seen["reason_left"] and seen["reason_right"] <= seen["viewport"], seen
+    ARTIFACTS.mkdir(exist_ok=True)
+    browse(chromium, page, tmp_path / "profile2", f"--screenshot={ARTIFACTS / 'perf-html-failure-1280.png'}",
+           "--window-size=1280,900")

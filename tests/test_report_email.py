@@ -113,9 +113,8 @@ def test_bad_inputs(cli, tmp_path):
     broken = write_csvs(tmp_path / "broken")
     (broken / "c_bad.csv").write_text("model,status\nx,SUCCESS,extra\n")
     cases = [
-        (("--csv-file-path", str(tmp_path / "absent")), "absent: folder not found"),
-        (("--csv-file-path", str(empty)), "no CSV files in this folder"),
-        (("--csv-file-path", str(broken / "a_run.csv")), "not a folder"),
+        (("--csv-file-path", str(tmp_path / "absent")), "absent: file or folder not found"),
+        (("--perf-csv", str(empty)), "no CSV files in this folder"),
         (("--csv-file-path", str(broken)), "c_bad.csv: data row 1 has 3 cells"),
         (("--csv-file-path", str(broken), "--smtp-host", "127.0.0.1"), "sending needs --from and --to"),
     ]
@@ -124,6 +123,13 @@ def test_bad_inputs(cli, tmp_path):
         assert out.code == 2 and expected in out.stderr, (argv, out)
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr, out
     assert not (broken / "run_results.html").exists()
+
+
+def test_one_perf_csv_is_a_report_of_its_own(cli, tmp_path):
+    folder = write_csvs(tmp_path / "results")
+    out = cli("report", "to-email", "--perf-csv", str(folder / "a_run.csv"))
+    assert out.code == 0, out
+    assert (folder / "run_results.html").is_file()
 
 
 def test_sends_a_mime_message(cli, tmp_path, smtp_server):

@@ -200,7 +200,7 @@ def test_other_bad_inputs(cli, tmp_path):
 
 
 def test_run_writes_perf_html_after_a_run(tmp_path):
-    from madengine.cli.commands.run import write_html
+    from madengine.cli.perf_html import write_html
     from madengine.cli.env import Environment
     import io
 

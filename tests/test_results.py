@@ -11,7 +11,7 @@ import pytest
 from madengine.core.errors import InputError
 from madengine.results import PERF_COLUMNS, PerfRecord, Status, append_records, parse_performance, read_rows
 from madengine.results.columns import ALL_COLUMNS
-from madengine.results.parsing import parse_multiple_results
+from madengine.results.parsing import as_number, parse_multiple_results
 from madengine.results.perfcsv import append_rows, read_header
 
 
@@ -41,6 +41,42 @@ def test_last_figure_counts():
 
 def test_ansi_colour_codes_are_ignored():
     assert parse_performance("\x1b[32mperformance: 7 x\x1b[0m").value == 7
+
+
+@pytest.mark.parametrize("printed", ["7", "7.0", "7.50", "-0.5", "1.5e+3", ".5", "2E-3", "1e-400", "14164"])
+def test_figure_is_recorded_as_the_model_wrote_it(printed):
+    perf = parse_performance(f"performance: {printed} x")
+    assert perf.value == float(printed)  # a number for statistics, charts and comparisons
+    assert PerfRecord(model="m", status=Status.SUCCESS, performance=perf.value).to_row()["performance"] == printed
+    assert as_number(f" {printed} ") == float(printed) and repr(as_number(printed)) == printed
+
+
+def test_figure_survives_pickling_and_copies():
+    import copy
+    import pickle
+
+    value = parse_performance("performance: 7 x").value
+    for clone in (pickle.loads(pickle.dumps(value)), copy.deepcopy(value)):
+        assert clone == 7 and repr(clone) == "7"
+    assert f"{value:g}" == "7" and value + 1 == 8.0
+
+
+def test_multiple_results_rows_keep_their_text(tmp_path):
+    path = tmp_path / "multi.csv"
+    path.write_text("model,performance,metric\na,7,x\nb,2.50,y\n")
+    rows = [PerfRecord(model=r["model"], status=Status.SUCCESS, performance=as_number(r["performance"])).to_row()
+            for r in parse_multiple_results(path)]
+    assert [r["performance"] for r in rows] == ["7", "2.50"]
+
+
+def test_multiple_results_broken_quoting_is_an_error(tmp_path):
+    path = tmp_path / "multi.csv"
+    path.write_text('model,performance,metric\na,"1,x\nb,2,y\n')
+    with pytest.raises(InputError, match="multi.csv: malformed CSV"):
+        parse_multiple_results(path)
+    path.write_text("model,performance,metric\na,1,x,extra\n")
+    with pytest.raises(InputError, match="line 2 has 4 cells"):
+        parse_multiple_results(path)
 
 
 def test_multiple_results_csv(tmp_path):
@@ -111,3 +147,21 @@ def test_secrets_never_reach_rows(tmp_path):
         assert "hunter2-canary" not in "".join(row.values())
     finally:
         clear_secrets()
+
+
+def test_run_records_performance_as_printed_and_reports_read_it_as_a_number(tmp_path, monkeypatch):
+    import json
+
+    from conftest import run_cli
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "run.sh").write_text("echo 'performance: 7 x'\n")
+    (tmp_path / "models.json").write_text(json.dumps([{"name": "seven", "scripts": "s/run.sh"}]))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    done = run_cli("run", "--tags", "seven", "--executor", "local")
+    assert done.code == 0, done
+    [row] = read_rows(tmp_path / "perf.csv")
+    assert (row["status"], row["performance"]) == ("SUCCESS", "7")
+    compared = run_cli("report", "compare", "perf.csv", "perf.csv", "--json")
+    assert compared.code == 0 and json.loads(compared.stdout)["models"][0]["ratio"] == 1.0, compared

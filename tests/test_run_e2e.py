@@ -330,3 +330,21 @@ def test_identical_builds_are_done_once_per_run(model_repo, cli, docker_only):
     second_log = Path(rows["dummy_py"]["artifacts"].split(",")[-1])
     assert second_log.name == "build.log" and "tagged its image" in second_log.read_text()
     assert result.code == 1 and rows["dummy_badbuild"]["status"] == "FAILURE"
+
+
+def test_a_script_at_the_repository_root_runs_without_copying_its_runs_folder(tmp_path, monkeypatch, cli):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "run.sh").write_text("#!/usr/bin/env bash\nls\necho 'performance: 1 x'\n")
+    (repo / "models.json").write_text(json.dumps([{"name": "rooted", "dockerfile": "docker/none",
+                                                   "scripts": "run.sh", "tags": ["r"]}]))
+    monkeypatch.chdir(repo)
+    for _ in range(2):  # the second run finds a runs folder from the first in the root
+        assert cli("run", "--tags", "r", "--executor", "local", "--keep-model-dir", "--no-html").code == 0
+    work = sorted(repo.glob("madengine_runs/*/rooted/work"))[-1]
+    assert (work / "run.sh").is_file() and not (work / "madengine_runs").exists()
+
+
+def test_an_unbounded_timeout_is_refused(model_repo, cli):
+    result = cli("run", "--tags", "dummy", "--timeout", "99999999999999")
+    assert result.code == 2 and "--timeout" in result.stderr

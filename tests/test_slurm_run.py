@@ -274,7 +274,7 @@ def test_multi_node_model_gets_its_own_job_with_rendezvous_env(slurm_repo, cli):
     result = cli("run", "--tags", "multinode", "--executor", "slurm", "--partition", "multi", "-c", CONTEXT)
     assert result.code == 0, result
     rows = read_rows(slurm_repo / "perf.csv")
-    assert [(r["model"], r["status"], r["performance"]) for r in rows] == [("sl_multi", "SUCCESS", "10.0")]  # rank 0
+    assert [(r["model"], r["status"], r["performance"]) for r in rows] == [("sl_multi", "SUCCESS", "10")]  # rank 0
     log = Path(rows[0]["artifacts"].split(",")[-1]).read_text()
     assert "rank 0 of 2 via 127.0.0.1:29500 collect=true" in log
     assert "rank 1 of 2 via 127.0.0.1:29500 collect=false" in log

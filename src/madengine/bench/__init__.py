@@ -6,8 +6,25 @@ The timing itself lives in the portable :mod:`madengine.bench.harness` (no maden
 both paths run. Nothing here imports numpy or onnxruntime at import time.
 """
 
+import importlib
+import sys
+import types
+
 from madengine.bench.columns import BENCH_COLUMNS
 from madengine.bench.runner import BenchOutcome, BenchRequest, BenchSummary, run_bench
 from madengine.bench.suite import ModelEntry, load_suite
 
 __all__ = ["BENCH_COLUMNS", "BenchOutcome", "BenchRequest", "BenchSummary", "ModelEntry", "load_suite", "run_bench"]
+
+
+class _CallablePackage(types.ModuleType):
+    """``madengine.bench`` is both this package and the Python API's ``bench()`` function: once any
+    ``madengine.bench.*`` module is imported, Python makes the package the ``madengine.bench``
+    attribute, so the package itself answers the call (:func:`madengine.api.bench`)."""
+
+    def __call__(self, *args, **kwargs):
+        # importlib keeps the API (a layer above bench) out of bench's import graph
+        return importlib.import_module("madengine.api").bench(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage

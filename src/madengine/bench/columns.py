@@ -61,3 +61,12 @@ def performance(result: dict[str, Any], metric: str) -> tuple[float, str]:
     """perf.csv's ``performance`` and ``metric`` for ``metric`` = throughput | p50."""
     value, name = metric_value(result["stats"], metric)
     return significant(value), name
+
+
+def set_column(record: Any, name: str, value: Any) -> None:
+    """A standard column when perf.csv defines one of that name, else an extra column (``backend``
+    and ``tag_configs`` join the standard columns with the result identity)."""
+    if hasattr(record, name):
+        setattr(record, name, value)
+    else:
+        record.extra[name] = value

@@ -236,7 +236,7 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                reporter: Reporter) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
-    artifacts = unused_folder(summary.run_dir / _folder_name(entry.name, short))
+    artifacts = unused_folder(summary.run_dir / folder_name(entry.name, short))
     started_at = utc_now()
     started = time.monotonic()
     options = engine.BenchOptions(
@@ -350,5 +350,5 @@ def unused_folder(path: Path) -> Path:
     return candidate
 
 
-def _folder_name(name: str, provider: str) -> str:
+def folder_name(name: str, provider: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"bench_{name}_{provider}").strip("_")

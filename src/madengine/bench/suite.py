@@ -63,8 +63,21 @@ class ModelEntry:
 
 
 def entry_from_path(path: str, shapes: dict[str, tuple[int, ...]], axes: dict[str, int]) -> ModelEntry:
+    """A command-line model: ``model.onnx``, or ``model.onnx:batch=4:seq=128`` with axis sizes of its
+    own (over ``--axes``, which applies to every command-line model)."""
+    path, own = split_model_axes(path)
     file = Path(path)
-    return ModelEntry(name=file.stem, path=file, shapes=dict(shapes), axes=dict(axes))
+    return ModelEntry(name=file.stem, path=file, shapes=dict(shapes), axes={**axes, **own})
+
+
+def split_model_axes(text: str) -> tuple[str, dict[str, int]]:
+    """``'m.onnx:batch=4'`` → ``('m.onnx', {'batch': 4})``; a path without ``:NAME=N`` parts is as it is."""
+    from madengine.bench.harness.inputs import parse_axes
+
+    path, *parts = text.split(":")
+    if not parts or not all("=" in part for part in parts):
+        return text, {}
+    return path, parse_axes(parts)
 
 
 def load_suite(path: str | Path) -> list[ModelEntry]:

@@ -3,8 +3,8 @@ the validated model schema, and tag selection."""
 
 from madengine.catalog.custom import CustomModel
 from madengine.catalog.schema import Model, model_from_entry
-from madengine.catalog.selection import TagSpec, parse_tag, select_models, split_tags
+from madengine.catalog.selection import TagSpec, list_catalog, parse_tag, select_models, split_tags
 from madengine.catalog.sources import Catalog, load_catalog, model_root
 
-__all__ = ["CustomModel", "Model", "model_from_entry", "TagSpec", "parse_tag", "select_models", "split_tags",
-           "Catalog", "load_catalog", "model_root"]
+__all__ = ["CustomModel", "Model", "model_from_entry", "TagSpec", "list_catalog", "parse_tag", "select_models",
+           "split_tags", "Catalog", "load_catalog", "model_root"]

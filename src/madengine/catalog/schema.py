@@ -10,6 +10,9 @@ import dataclasses
 from typing import Any, Mapping
 
 from madengine.core.errors import CatalogError
+from madengine.core.jsonio import MAX_DEPTH, too_deep
+from madengine.core.redact import register_url_secrets
+from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
 
 _STRING_FIELDS = ("dockerfile", "dockercontext", "scripts", "data", "cred", "url", "multiple_results",
                   "skip_gpu_arch", "training_precision", "owner", "additional_docker_run_options", "onnx")
@@ -112,14 +115,9 @@ def _as_args(value: Any, source: str, name: str) -> str:
 def _as_n_gpus(value: Any, source: str, name: str) -> str:
     if value is None or value == "":
         return "1"
-    if type(value) is str and value.isdigit():
-        return value
-    if isinstance(value, bool):
-        raise _fail(source, name, "n_gpus", "must be an integer (-1 means all GPUs)")
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise _fail(source, name, "n_gpus", f"must be an integer (-1 means all GPUs), got {value!r}") from None
+    number = whole_number(value)
+    if number is None:
+        raise _fail(source, name, "n_gpus", f"must be an integer (-1 means all GPUs), got {brief(value)}")
     if number < -1:
         raise _fail(source, name, "n_gpus", f"must be -1 or more, got {number}")
     return str(number)
@@ -128,14 +126,9 @@ def _as_n_gpus(value: Any, source: str, name: str) -> str:
 def _as_timeout(value: Any, source: str, name: str) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, bool):
-        raise _fail(source, name, "timeout", "must be a number of seconds")
-    try:
-        number = int(float(value))
-    except (TypeError, ValueError):
-        raise _fail(source, name, "timeout", f"must be a number of seconds, got {value!r}") from None
-    if number < 0:
-        raise _fail(source, name, "timeout", "must be 0 (never) or more")
+    number = timeout_seconds(value)
+    if number is None:
+        raise _fail(source, name, "timeout", f"must be 0 (never) to {MAX_TIMEOUT} seconds, got {brief(value)}")
     return number
 
 
@@ -160,6 +153,9 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
         where = f"entry {index}" if index is not None else "entry"
         raise CatalogError(f"{where} has no 'name' (a non-empty string is required)", path=source)
     name = name.strip()
+    if not name.isprintable():  # a newline or escape sequence would break logs, image names and perf.csv
+        raise CatalogError(f"model name {brief(name)} has control characters", path=source,
+                           hint="use letters, digits, '_', '-', '.' or '/'")
     state = _SCALAR_DEFAULTS.copy()  # filled directly: much cheaper than the dataclass __init__
     extra: dict[str, Any] = {}
     tags: list[str] = []
@@ -175,11 +171,17 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
         elif field == "args":
             state["args"] = value.strip() if type(value) is str else _as_args(value, source, name)
         elif field == "n_gpus":
-            state["n_gpus"] = value if type(value) is str and value.isdigit() else _as_n_gpus(value, source, name)
+            fast = type(value) is str and value.isascii() and value.isdigit() and len(value) < 10
+            state["n_gpus"] = value if fast else _as_n_gpus(value, source, name)
         elif field == "timeout":
-            state["timeout"] = _as_timeout(value, source, name)
+            fast = type(value) is int and 0 <= value <= MAX_TIMEOUT
+            state["timeout"] = value if fast else _as_timeout(value, source, name)
         elif field != "name":
+            if type(value) in (dict, list) and too_deep(value, MAX_DEPTH - 2):
+                raise _fail(source, name, field, f"nested more than {MAX_DEPTH} levels deep")
             extra[field] = value
+    if "@" in state["url"]:  # https://user:password@host/repo.git: the password is a secret from now on
+        register_url_secrets(state["url"])
     if not state["scripts"] and not state["onnx"]:
         raise _fail(source, name, "scripts", "is required (a .sh/.py file or a directory with run.sh)")
     state["name"] = name

@@ -77,6 +77,13 @@ def _suggest(tag: str, catalog: Catalog) -> list[str]:
     return difflib.get_close_matches(tag, sorted(vocabulary), n=3, cutoff=0.6)
 
 
+def _copy(model: Model, configs: list[tuple[str, str]]) -> Model:
+    copy = object.__new__(Model)
+    copy.__dict__.update(model.__dict__)
+    copy.tags, copy.extra, copy.tag_configs = list(model.tags), dict(model.extra), list(configs)
+    return copy
+
+
 def select_models(catalog: Catalog, tags: Iterable[str]) -> list[Model]:
     """The models selected by ``tags`` (see module docstring), each a fresh copy."""
     specs = [parse_tag(t) for t in split_tags(tags)]
@@ -96,9 +103,23 @@ def select_models(catalog: Catalog, tags: Iterable[str]) -> list[Model]:
         if configs or model.name in catalog.dynamic:
             # a selected model with configs (or refreshed by update_model) is a copy, so the catalog
             # stays as loaded; plain selections share the catalog's object (nothing mutates models)
-            copy = object.__new__(Model)
-            copy.__dict__.update(model.__dict__)
-            copy.tags, copy.extra, copy.tag_configs = list(model.tags), dict(model.extra), list(configs)
-            model = catalog.refresh_dynamic(copy)
+            model = catalog.refresh_dynamic(_copy(model, configs))
         selected.append(model)
     return selected
+
+
+def list_catalog(catalog: Catalog) -> tuple[list[Model], list[CatalogError]]:
+    """Every model of the catalog as ``discover`` lists it without tags: dynamic models refreshed by
+    ``update_model()``; one that is invalid afterwards is left out and its error returned, so that
+    one broken ``get_models_json.py`` model never hides the rest of the repository."""
+    listed: list[Model] = []
+    errors: list[CatalogError] = []
+    for model in catalog.models:
+        if model.name in catalog.dynamic:
+            try:
+                model = catalog.refresh_dynamic(_copy(model, []))
+            except CatalogError as exc:
+                errors.append(exc)
+                continue
+        listed.append(model)
+    return listed, errors

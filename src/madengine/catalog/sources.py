@@ -18,7 +18,7 @@ import os
 import posixpath
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from madengine.catalog.custom import CustomModel
 from madengine.catalog.schema import Model, model_from_entry
@@ -43,23 +43,23 @@ class Catalog:
         source = model.source
         try:
             custom.update_model()
-            fresh = _custom_to_model(custom, model.scope, source)
-        except CatalogError:
-            raise
-        except Exception as exc:  # the repository's own code failed
+        except (Exception, SystemExit) as exc:  # the repository's own code failed
             raise CatalogError(f"update_model() of '{model.name}' raised {type(exc).__name__}: {exc}",
-                               path=source, hint="fix the model repository's get_models_json.py") from exc
+                               path=source, hint="fix the model repository's get_models_json.py") from None
+        fresh = _custom_to_model(custom, model.scope, source)  # validated now, with what update_model() set
         fresh.tag_configs = list(model.tag_configs)
         return fresh
 
 
-def model_root() -> Path:
+def model_root(environ: Mapping[str, str] | None = None) -> Path:
     """The model repository root: ``MODEL_DIR`` when set, else the current directory."""
-    return Path(os.environ.get("MODEL_DIR") or ".").resolve()
+    return Path((os.environ if environ is None else environ).get("MODEL_DIR") or ".").resolve()
 
 
 def _read_json(path: Path, root: Path) -> Any:
-    return jsonio.read_json_file(path, error=CatalogError, shown=_shown(path, root))
+    # no document-wide depth walk on the start-up path: model_from_entry checks the only fields
+    # that may nest (unknown ones)
+    return jsonio.read_json_file(path, error=CatalogError, shown=_shown(path, root), max_depth=None)
 
 
 def _shown(path: Path, root: Path) -> str:
@@ -80,8 +80,9 @@ def _rerooted_path(scope: str, value: str) -> str:
     return posixpath.normpath(posixpath.join("scripts", scope, value))
 
 
-def _reroot(model: Model, scope: str) -> Model:
-    model.name = f"{scope}/{model.name}"
+def _reroot(model: Model, scope: str, *, rename: bool = True) -> Model:
+    if rename:
+        model.name = f"{scope}/{model.name}"
     model.scope = scope
     for field in _REROOTED:
         value = getattr(model, field)
@@ -90,14 +91,48 @@ def _reroot(model: Model, scope: str) -> Model:
     return model
 
 
-def _custom_to_model(custom: Any, scope: str, source: str) -> Model:
+def _custom_entry(custom: Any, scope: str, source: str) -> dict[str, Any]:
+    """``custom.to_dict()`` with the scoped name, so that messages name the model as tags do."""
     if not isinstance(custom, CustomModel):
         raise CatalogError(f"list_models() returned a {type(custom).__name__}, not a CustomModel", path=source,
                            hint="return madengine.utils.discover_models.CustomModel objects")
-    entry = custom.to_dict()
+    try:
+        entry = custom.to_dict()
+    except (Exception, SystemExit) as exc:  # a subclass's own fields or to_dict()
+        raise CatalogError(f"to_dict() of a CustomModel raised {type(exc).__name__}: {exc}", path=source,
+                           hint="fix the model repository's get_models_json.py") from None
     if not isinstance(entry, dict):
-        raise CatalogError(f"to_dict() of '{custom.name}' returned {type(entry).__name__}, not a dict", path=source)
-    return _reroot(model_from_entry(entry, source=source), scope)
+        raise CatalogError(f"to_dict() of a CustomModel returned {type(entry).__name__}, not a dict", path=source)
+    name = entry.get("name")
+    if type(name) is str and name.strip():
+        entry["name"] = f"{scope}/{name.strip()}"
+    return entry
+
+
+def _custom_to_model(custom: Any, scope: str, source: str) -> Model:
+    """The validated model of a ``CustomModel`` (after ``update_model()`` for a selected one)."""
+    return _reroot(model_from_entry(_custom_entry(custom, scope, source), source=source), scope, rename=False)
+
+
+def _unrefreshed(custom: Any, scope: str, source: str) -> Model:
+    """A dynamic model as listed, before ``update_model()``.
+
+    ``update_model()`` may set ``scripts``, ``dockerfile`` or any other field (the original tool's
+    documented pattern), so the entry is validated only once the model is selected and refreshed;
+    until then it needs only a name (and, to be selectable by them, its tags).
+    """
+    entry = _custom_entry(custom, scope, source)
+    try:
+        return _reroot(model_from_entry(entry, source=source), scope, rename=False)
+    except CatalogError:
+        name = entry.get("name")
+        if type(name) is not str or not name.strip() or not name.isprintable():
+            raise  # nothing could ever select it
+    try:
+        tags = model_from_entry({"name": name, "tags": entry.get("tags"), "onnx": "-"}, source=source).tags
+    except CatalogError:
+        tags = []
+    return _reroot(Model(name=name.strip(), tags=tags, source=source), scope, rename=False)
 
 
 def _load_dynamic(path: Path, scope: str, root: Path) -> list[tuple[Model, CustomModel]]:
@@ -117,15 +152,15 @@ def _load_dynamic(path: Path, scope: str, root: Path) -> list[tuple[Model, Custo
         result = list_models()
     except CatalogError:
         raise
-    except Exception as exc:  # arbitrary code of the model repository
+    except (Exception, SystemExit) as exc:  # arbitrary code of the model repository (sys.exit() included)
         raise CatalogError(f"raised {type(exc).__name__}: {exc}", path=shown,
-                           hint="fix the model repository's get_models_json.py") from exc
+                           hint="fix the model repository's get_models_json.py") from None
     finally:
         sys.modules.pop(module_name, None)
     if not isinstance(result, (list, tuple)):
         raise CatalogError(f"list_models() returned {type(result).__name__}, not a list", path=shown,
                            hint="return a list of CustomModel objects")
-    return [(_custom_to_model(custom, scope, shown), custom) for custom in result]
+    return [(_unrefreshed(custom, scope, shown), custom) for custom in result]
 
 
 def load_catalog(root: Path | None = None) -> Catalog:
@@ -137,7 +172,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
     dynamic: dict[str, CustomModel] = {}
     root_json = root / "models.json"
     scripts_dir = root / "scripts"
-    if root_json.is_file():
+    if root_json.exists():  # a folder of that name is an error, not an absent file
         shown = _shown(root_json, root)
         for index, entry in enumerate(_entries(_read_json(root_json, root), shown)):
             models.append(model_from_entry(entry, source=shown, index=index))
@@ -151,7 +186,7 @@ def load_catalog(root: Path | None = None) -> Catalog:
             folder = scripts_dir / scope
             json_path = folder / "models.json"
             py_path = folder / "get_models_json.py"
-            has_json, has_py = json_path.is_file(), py_path.is_file()
+            has_json, has_py = json_path.exists(), py_path.exists()
             if has_json and has_py:
                 raise CatalogError("has both models.json and get_models_json.py", path=_shown(folder, root),
                                    hint="keep one of the two")

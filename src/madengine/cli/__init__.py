@@ -18,10 +18,11 @@ from typing import Iterator, Sequence
 
 from madengine import __version__
 from madengine.cli.env import Environment
+from madengine.cli.render import one_line
 from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption
 from madengine.core.redact import redact
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "completion")
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "completion")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     except MadEngineError as exc:
         if debug:
             traceback.print_exc(file=env.stderr)
-        print(f"madengine: error: {redact(str(exc))}", file=env.stderr, flush=True)
+        print(f"madengine: error: {one_line(redact(str(exc)))}", file=env.stderr, flush=True)
         return int(exc.exit_status)
     except KeyboardInterrupt as exc:
         print(f"madengine: {interruption(exc)}", file=env.stderr, flush=True)
@@ -139,7 +140,8 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     except Exception as exc:  # a bug: one line, the traceback only on request
         if debug:
             traceback.print_exc(file=env.stderr)
-        print(f"madengine: internal error: {type(exc).__name__}: {redact(str(exc))} (rerun with --debug for the traceback)",
+        print(f"madengine: internal error: {type(exc).__name__}: {one_line(redact(str(exc)))} "
+              "(rerun with --debug for the traceback)",
               file=env.stderr, flush=True)
         return int(ExitStatus.INTERNAL)
 

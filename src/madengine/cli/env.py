@@ -1,7 +1,8 @@
 """The environment a command runs in: its streams and variables.
 
 Injected so that the CLI runs in-process in tests exactly as it does in a shell.
-Data goes to ``stdout``; progress and messages go to ``stderr``.
+Data goes to ``stdout``; progress and messages go to ``stderr``; both pass through secret
+redaction (registered secrets and URL passwords), so no command prints a credential.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Callable, Mapping, Sequence, TextIO
 
 from madengine.core import clock
 from madengine.core.host import Host
+from madengine.core.redact import redact
 
 
 @dataclasses.dataclass
@@ -39,11 +41,11 @@ class Environment:
     def message(self, text: str) -> None:
         """A progress line or notice, on stderr."""
         if not self.quiet:
-            print(text, file=self.stderr, flush=True)
+            print(redact(text), file=self.stderr, flush=True)
 
     def data(self, text: str) -> None:
         """Machine- or human-readable output of the command, on stdout."""
-        print(text, file=self.stdout, flush=True)
+        print(redact(text), file=self.stdout, flush=True)
 
     @property
     def debug(self) -> bool:
@@ -62,10 +64,10 @@ class CliReporter:
         self.view = make_view(env, verbose=env.verbose, quiet=env.quiet, no_color=env.no_color)
 
     def message(self, text: str) -> None:
-        self.view.message(text)
+        self.view.message(redact(text))
 
     def output(self, key: str, line: str) -> None:
-        self.view.output(key, line)
+        self.view.output(key, redact(line))
 
     def data(self, text: str) -> None:
         self.env.data(text)

@@ -1,4 +1,4 @@
-"""Plain-text tables for the terminal."""
+"""Plain text for the terminal: one-line messages and tables."""
 
 from __future__ import annotations
 
@@ -10,13 +10,21 @@ STATUS_COLOURS = {"SUCCESS": "\x1b[32m", "FAILURE": "\x1b[1;31m", "SKIPPED": "\x
 _RESET = "\x1b[0m"
 
 
+def one_line(text: str) -> str:
+    """``text`` with newlines and other control characters escaped (``\\n``, ``\\x1b``): a message
+    stays one line, and text from files or flags cannot move the cursor or recolour the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 60,
           wrap: Sequence[int] = (), paint: Callable[[int, str], str] | None = None) -> str:
     """Columns padded to their widest cell; cells longer than ``max_width`` are cut, except in the
     ``wrap`` columns, whose text continues on the next lines. ``paint(column, padded cell)`` may
     colour a cell (it must not change its visible width)."""
     def clip(value: object) -> str:
-        text = "" if value is None else str(value)
+        text = "" if value is None else one_line(str(value))
         return text if len(text) <= max_width else text[: max_width - 1] + "…"
 
     grids: list[list[list[str]]] = []  # per row, per column, the cell's lines

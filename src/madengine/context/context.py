@@ -16,7 +16,8 @@ from typing import Any, Mapping
 
 from madengine.context.detect import VENDORS, detect_gpus, detect_host_os
 from madengine.core.errors import ContextError
-from madengine.core.jsonio import read_json_file
+from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
+from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
 
 DEFAULT_GUEST_OS = "UBUNTU"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -33,15 +34,65 @@ def parse_context_string(text: str, *, source: str = "--additional-context") -> 
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        try:
-            value = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-            detail = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
-            raise ContextError(f"not a JSON object or Python dict literal ({detail})", path=source,
-                               hint=_EXAMPLE) from None
+        value = _python_literal(text, source)
+    except (ValueError, RecursionError) as exc:  # valid-looking JSON Python cannot hold
+        message, hint = json_problem(exc)
+        raise ContextError(message, path=source, hint=hint) from None
     if not isinstance(value, dict):
         raise ContextError(f"must be a dict/object, got {type(value).__name__}", path=source, hint=_EXAMPLE)
+    if too_deep(value):
+        raise ContextError(f"nested more than {MAX_DEPTH} levels deep", path=source, hint="flatten the structure")
     return value
+
+
+#: what a Python context literal may hold besides constants: the containers of JSON (and tuples)
+_LITERAL_NODES = (ast.Expression, ast.Constant, ast.Dict, ast.List, ast.Tuple, ast.UnaryOp, ast.USub, ast.UAdd,
+                  ast.Load)
+
+
+def _python_literal(text: str, source: str) -> Any:
+    """``ast.literal_eval`` of ``text`` (never ``eval``), with messages that say what is wrong."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
+        detail = getattr(exc, "msg", None) or str(exc) or type(exc).__name__
+        if "digits" in detail:
+            detail = "a number has too many digits"
+        raise ContextError(f"not a JSON object or Python dict literal ({detail})", path=source,
+                           hint=_EXAMPLE) from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            raise ContextError(f"'{node.id}' is not a value", path=source,
+                               hint="quote strings, e.g. {'gpu_vendor': 'AMD'}; write True, False, None") from None
+        if not isinstance(node, _LITERAL_NODES):
+            raise ContextError(f"only literal values are allowed, not {type(node).__name__.lower()} expressions",
+                               path=source, hint=_EXAMPLE)
+    try:
+        value = ast.literal_eval(tree)
+    except TypeError:  # {[]: 1}: an unhashable key
+        raise ContextError("dict keys must be strings", path=source, hint=_EXAMPLE) from None
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise ContextError(f"not a JSON object or Python dict literal ({type(exc).__name__})", path=source,
+                           hint=_EXAMPLE) from None
+    try:
+        return _as_json_value(value, source)
+    except RecursionError:
+        raise ContextError("nested too deeply to read", path=source, hint="flatten the structure") from None
+
+
+def _as_json_value(value: Any, source: str) -> Any:
+    """A Python literal as the JSON value it stands for (tuples → lists); keys must be strings and
+    values JSON's (a set, bytes or a complex number is refused)."""
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise ContextError(f"dict keys must be strings, got {brief(key)}", path=source, hint=_EXAMPLE)
+        return {key: _as_json_value(item, source) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json_value(item, source) for item in value]
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise ContextError(f"{brief(value)} is not a JSON value ({type(value).__name__})", path=source, hint=_EXAMPLE)
 
 
 def load_context_file(path: str | Path) -> dict[str, Any]:
@@ -79,25 +130,30 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
             if isinstance(value, (dict, list)):
                 raise ContextError(f"value of '{name}' must be a string or number", path=source, field=key)
             table[name] = "" if value is None else str(value)
+    for key in ("gpu_vendor", "guest_os"):
+        if key in values and not isinstance(values[key], str):
+            raise ContextError(f"must be a string, got {brief(values[key])}", path=source, field=key)
     if "gpu_vendor" in values:
-        vendor = str(values["gpu_vendor"]).upper()
+        vendor = values["gpu_vendor"].upper()
         if vendor not in VENDORS:
-            raise ContextError(f"unknown value '{values['gpu_vendor']}'", path=source, field="gpu_vendor",
+            raise ContextError(f"unknown value {brief(values['gpu_vendor'])}", path=source, field="gpu_vendor",
                                hint="use one of " + ", ".join(VENDORS))
         values["gpu_vendor"] = vendor
     if "guest_os" in values:
-        values["guest_os"] = str(values["guest_os"]).upper()
+        values["guest_os"] = values["guest_os"].upper()
     if "timeout" in values:
-        try:
-            values["timeout"] = int(values["timeout"])
-        except (TypeError, ValueError):
-            raise ContextError("must be a number of seconds", path=source, field="timeout") from None
-    for key in ("n_gpus", "system_ngpus"):
+        seconds = timeout_seconds(values["timeout"])
+        if seconds is None:
+            raise ContextError(f"must be 0 (never) to {MAX_TIMEOUT} seconds, got {brief(values['timeout'])}",
+                               path=source, field="timeout")
+        values["timeout"] = seconds
+    for key, least in (("n_gpus", -1), ("system_ngpus", 0)):
         if key in values:
-            try:
-                values[key] = int(values[key])
-            except (TypeError, ValueError):
-                raise ContextError("must be an integer", path=source, field=key) from None
+            number = whole_number(values[key])
+            if number is None or number < least:
+                raise ContextError(f"must be an integer of {least} or more, got {brief(values[key])}", path=source,
+                                   field=key)
+            values[key] = number
     return values
 
 

@@ -19,13 +19,35 @@ except ImportError:  # pragma: no cover - the stdlib path is exercised where orj
     _orjson = None
 
 
+#: deepest nesting accepted in a configuration document: far beyond any real one, and shallow enough
+#: for every recursive consumer (deepcopy, merges, secret registration, JSON writers)
+MAX_DEPTH = 64
+
+
 def loads(data: bytes | str) -> Any:
     if _orjson is not None:
         try:
             return _orjson.loads(data)
-        except _orjson.JSONDecodeError:
-            pass  # re-parse with json for its line/column message
+        except _orjson.JSONDecodeError as exc:
+            if "depth limit" in str(exc):
+                raise RecursionError("JSON nested too deeply") from None
+            # else re-parse with json for its line/column message
     return json.loads(data)
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists/dicts more than ``limit`` levels (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, (list, tuple)):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in item if isinstance(child, (dict, list, tuple)))
+    return False
 
 
 def dumps(value: Any, indent: bool = False) -> str:
@@ -37,12 +59,50 @@ def dumps(value: Any, indent: bool = False) -> str:
     return json.dumps(value, indent=1 if indent else None)
 
 
+def json_problem(exc: BaseException) -> tuple[str, str]:
+    """The one-line message and hint for JSON text that ``json.loads`` refused with ``exc``.
+
+    Beyond syntax errors that covers what the parser raises on valid-looking text: a number of
+    more than Python's 4,300-digit conversion limit (``ValueError``) and nesting deeper than the
+    recursion limit (``RecursionError``).
+    """
+    if isinstance(exc, json.JSONDecodeError):
+        return f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "fix the JSON syntax"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text", "save the file as UTF-8"
+    if isinstance(exc, RecursionError):
+        return "malformed JSON: nested too deeply to read", "flatten the structure"
+    if "digits" in str(exc):  # the int-conversion limit
+        return "malformed JSON: a number has too many digits", "write a shorter number"
+    return f"malformed JSON: {str(exc).split(';')[0]}", "fix the value"
+
+
+def parse_json(data: bytes | str, *, shown: str, error: "type[MadEngineError] | None" = None,
+               max_depth: int | None = MAX_DEPTH) -> Any:
+    """Parse JSON text; every way it can be malformed becomes one typed error naming ``shown``
+    (``error``, default :class:`InputError`). Nesting deeper than ``max_depth`` is refused (None:
+    the caller checks the values it keeps, as the model catalog does for speed)."""
+    from madengine.core.errors import InputError
+
+    try:
+        value = loads(data)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        message, hint = json_problem(exc)
+        raise (error or InputError)(message, path=shown, hint=hint) from None
+    if max_depth is not None and too_deep(value, max_depth):
+        raise (error or InputError)(f"malformed JSON: nested more than {max_depth} levels deep", path=shown,
+                                    hint="flatten the structure")
+    return value
+
+
 def read_json_file(path: "str | Path", *, error: "type[MadEngineError] | None" = None, shown: str | None = None,
-                   missing: str = "file not found", hint: str | None = None) -> Any:
+                   missing: str = "file not found", hint: str | None = None,
+                   max_depth: int | None = MAX_DEPTH) -> Any:
     """Parse a JSON file; every way it can be unreadable becomes one typed error naming the file.
 
     ``error`` is the exception class to raise (default :class:`InputError`); ``missing`` the
-    message for a file that does not exist; ``hint`` what to do about it.
+    message for a file that does not exist; ``hint`` what to do about it; ``max_depth`` as in
+    :func:`parse_json`.
     """
     from madengine.core.errors import InputError
 
@@ -57,10 +117,4 @@ def read_json_file(path: "str | Path", *, error: "type[MadEngineError] | None" =
         raise error("is a folder, not a JSON file", path=shown) from None
     except OSError as exc:
         raise error(f"cannot read ({exc.strerror})", path=shown) from None
-    try:
-        return loads(raw)
-    except json.JSONDecodeError as exc:
-        raise error(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=shown,
-                    hint="fix the JSON syntax") from None
-    except UnicodeDecodeError:
-        raise error("not UTF-8 text", path=shown) from None
+    return parse_json(raw, shown=shown, error=error, max_depth=max_depth)

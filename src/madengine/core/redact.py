@@ -3,11 +3,17 @@
 Secrets are registered by value (credentials, tokens, passwords) when they are loaded; every
 writer of logs, perf rows, reports and error messages passes its text through :func:`redact`.
 Redacting by value rather than by key catches a secret wherever a script echoes it.
+
+Independently of what was registered, the password of every URL (``scheme://user:password@host``)
+in a text is masked too: a URL met anywhere (a model's ``url``, a data provider's endpoint, a
+registry, a database URL) and quoted back by a library's error message never shows its password.
 """
 
 from __future__ import annotations
 
+import re
 import threading
+from urllib.parse import unquote
 
 MASK = "******"
 _MIN_SECRET_LEN = 4  # shorter values would mask ordinary words and numbers
@@ -31,9 +37,42 @@ def register_secret(value: object) -> None:
         _ordered = tuple(sorted(_secrets, key=len, reverse=True))
 
 
+#: ``scheme://user:password@``: the password is everything up to the last ``@`` of the authority
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/?#@:\"'<>]*):(?P<password>[^\s/?#\"'<>]*)@")
+
+
+def _mask_url_password(match: re.Match) -> str:
+    return f"{match['head']}:{MASK}@" if match["password"] else match[0]
+
+
+def url_passwords(text: str) -> list[str]:
+    """The passwords of the URLs in ``text`` (as written, and percent-decoded when that differs)."""
+    if "://" not in text or "@" not in text:
+        return []
+    found = []
+    for match in _URL_PASSWORD.finditer(text):
+        password = match["password"]
+        if password:
+            found.append(password)
+            if unquote(password) != password:
+                found.append(unquote(password))
+    return found
+
+
+def register_url_secrets(text: object) -> None:
+    """Register the password of every URL inside ``text`` (a model's ``url``, an endpoint, ...)."""
+    if isinstance(text, str):
+        for password in url_passwords(text):
+            register_secret(password)
+
+
 def redact(text: str) -> str:
-    """Return ``text`` with every registered secret replaced by a mask."""
-    if not _ordered or not text:
+    """Return ``text`` with every registered secret and every URL password replaced by a mask."""
+    if not text:
+        return text
+    if "://" in text and "@" in text:
+        text = _URL_PASSWORD.sub(_mask_url_password, text)
+    if not _ordered:
         return text
     for secret in _ordered:
         if secret in text:

@@ -8,17 +8,23 @@ type and add new types. Providers are tried in :data:`PROVIDER_ORDER`, whatever 
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from madengine.core.errors import ConfigError
+from madengine.core.jsonio import read_json_file
+from madengine.core.values import MAX_TIMEOUT, brief, seconds
+from madengine.data.credentials import register_entry_secrets
 
 #: the order providers are tried in: a script the model repository ships, a host folder, then
 #: the network sources from the nearest (an on-site MinIO or NAS) to the farthest (AWS S3)
 PROVIDER_ORDER = ("custom", "local", "minio", "nas", "aws")
 DEFAULT_DATA_FILE = "data.json"
+#: provider settings that name places and options; the value of any other setting (a password, a
+#: key, a token a provider might take) is registered as a secret, and so is every URL's password
+PLAIN_SETTINGS = frozenset({"path", "home", "mirrorlocal", "readwrite", "region", "endpoint", "known_hosts",
+                            "host_key_fingerprint", "timeout", "args"})
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off", "")
 
@@ -95,14 +101,8 @@ def load_data_config(file_name: str, context_data: Any, root: Path, explicit: bo
     path = data_config_path(file_name, root)
     shown = _shown(path, root)
     file_entries: Any = {}
-    if path.is_file():
-        try:
-            file_entries = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                              path=shown) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot be read ({exc})", path=shown) from None
+    if path.exists():  # a folder of that name is an error, not an absent file
+        file_entries = read_json_file(path, error=ConfigError, shown=shown)
     elif explicit:
         raise ConfigError("data config file not found", path=shown, hint="check --data-config-file-name")
     entries = _validated(file_entries, shown)
@@ -127,6 +127,7 @@ def _validated(data: Any, source: str) -> dict[str, dict[str, ProviderConfig]]:
                                   hint="known: " + ", ".join(PROVIDER_ORDER))
             if not isinstance(values, Mapping):
                 raise ConfigError("must be an object", path=source, field=f"{name}.{ptype}")
+            register_entry_secrets(values, plain=PLAIN_SETTINGS)  # before a check can quote a value
             config = ProviderConfig(str(name), ptype, dict(values), source)
             _check_provider(config)
             out[str(name)][ptype] = config
@@ -153,11 +154,10 @@ def _check_provider(config: ProviderConfig) -> None:
         if not isinstance(args, str) and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
             raise config.error("must be a string or a list of strings", "args")
     if "timeout" in values:
-        try:
-            if isinstance(values["timeout"], bool) or float(values["timeout"]) <= 0:
-                raise ValueError
-        except (TypeError, ValueError):
-            raise config.error("must be a positive number of seconds", "timeout") from None
+        timeout = seconds(values["timeout"])
+        if not timeout:  # None (not a finite number in range) or 0
+            raise config.error(f"must be a positive number of seconds up to {MAX_TIMEOUT}, got "
+                               f"{brief(values['timeout'])}", "timeout")
     if config.type in ("aws", "minio"):
         try:
             parse_s3_path(config.path)

@@ -25,7 +25,9 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from madengine.core.errors import CredentialError
-from madengine.core.redact import register_secret
+from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
+from madengine.core.redact import register_secret, register_url_secrets
+from madengine.core.values import brief, port_number
 
 CREDENTIAL_FILE = "credential.json"
 GITHUB_KEY = "PUBLIC_GITHUB_ROCM_KEY"
@@ -59,20 +61,21 @@ def credential_file(root: Path | None = None) -> Path:
     return Path(root) / CREDENTIAL_FILE
 
 
-def _is_secret_field(key: str) -> bool:
-    return key.lower() not in NON_SECRET_FIELDS
-
-
-def register_entry_secrets(value: Any, key: str = "") -> None:
-    """Register the secret values inside one entry (nested objects and lists included)."""
+def register_entry_secrets(value: Any, key: str = "", plain: frozenset[str] = NON_SECRET_FIELDS) -> None:
+    """Register the secret values inside one entry (nested objects and lists included): every value
+    of a field not in ``plain``, and the password of every URL in any string (an endpoint's
+    ``http://user:password@host`` included)."""
     if isinstance(value, Mapping):
         for sub_key, sub_value in value.items():
-            register_entry_secrets(sub_value, str(sub_key))
+            register_entry_secrets(sub_value, str(sub_key), plain)
     elif isinstance(value, list):
         for item in value:
-            register_entry_secrets(item, key)
-    elif isinstance(value, (str, int, float)) and not isinstance(value, bool) and key and _is_secret_field(key):
-        register_secret(value)
+            register_entry_secrets(item, key, plain)
+    elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if key and key.lower() not in plain:
+            register_secret(value)
+        else:
+            register_url_secrets(value)
 
 
 @dataclasses.dataclass
@@ -93,12 +96,15 @@ class Credentials:
             text = self.environ[name]
             try:
                 value = json.loads(text)
-            except json.JSONDecodeError as exc:
+            except (ValueError, RecursionError) as exc:
                 if name == GITHUB_KEY and text.strip() and not text.lstrip().startswith(("{", "[")):
                     value = text.strip()  # a bare token is accepted for the GitHub key
                 else:
-                    raise CredentialError(f"not valid JSON ({exc.msg} at column {exc.colno})",
-                                          path=f"environment variable {name}") from None
+                    message, hint = json_problem(exc)
+                    raise CredentialError(message, path=f"environment variable {name}", hint=hint) from None
+            if too_deep(value):
+                raise CredentialError(f"nested more than {MAX_DEPTH} levels deep",
+                                      path=f"environment variable {name}")
             register_entry_secrets(value, "password" if isinstance(value, str) else "")
             return value
         return self.entries.get(name)
@@ -199,12 +205,10 @@ class NasNode:
         host = values.get("HOST") or values.get("IP") or ""
         if not host:
             raise CredentialError("needs a HOST", path=where, field=field)
-        try:
-            port = int(values.get("PORT", 22))
-        except (TypeError, ValueError):
-            raise CredentialError("must be a port number", path=where, field=f"{field}.PORT") from None
-        if isinstance(values.get("PORT"), bool) or not 0 < port < 65536:
-            raise CredentialError("must be a port number", path=where, field=f"{field}.PORT")
+        port = port_number(values.get("PORT", 22))
+        if port is None:
+            raise CredentialError(f"must be a port number (1-65535), got {brief(values.get('PORT'))}", path=where,
+                                  field=f"{field}.PORT")
         username = values.get("USERNAME", "")
         if not username:
             raise CredentialError("needs a USERNAME", path=where, field=field)
@@ -233,16 +237,8 @@ def load_credentials(path: Path | None = None, environ: Mapping[str, str] | None
     path = Path(path) if path is not None else credential_file()
     shown = _shown(path)
     entries: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise CredentialError("is not UTF-8 text", path=shown) from None
-        except json.JSONDecodeError as exc:
-            raise CredentialError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
-                                  path=shown) from None
-        except OSError as exc:
-            raise CredentialError(f"cannot be read ({exc.strerror})", path=shown) from None
+    if path.exists():  # a folder of that name is an error, not an absent file
+        data = read_json_file(path, error=CredentialError, shown=shown)
         if not isinstance(data, dict):
             raise CredentialError(f"must hold a JSON object keyed by credential name, got {_json_type(data)}",
                                   path=shown)
@@ -268,11 +264,11 @@ def credential_env(name: str, entry: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def apply_model_credentials(spec) -> None:
+def apply_model_credentials(spec, root: Path | None = None, environ: Mapping[str, str] | None = None) -> None:
     """Give a model with ``cred: NAME`` its entry as container environment variables (never
     build arguments, which would persist in the image history)."""
     model = spec.model
-    credentials = load_credentials()
+    credentials = load_credentials(credential_file(root), environ)
     entry = credentials.model_entry(model.cred, model.name)
     register_entry_secrets(entry)
     spec.env.update(credential_env(model.cred, entry))
@@ -401,10 +397,12 @@ def needs_credentials(model) -> bool:
     return bool(model.cred) or (bool(model.url) and _is_github(model.url))
 
 
-def git_environment(model) -> tuple[dict[str, str] | None, str, Callable[[], None]]:
+def git_environment(model, root: Path | None = None,
+                    environ: Mapping[str, str] | None = None) -> tuple[dict[str, str] | None, str, Callable[[], None]]:
     """(environment for git, URL to clone, cleanup) for cloning ``model.url`` on the host."""
     url, inline = _without_url_password(model.url)
-    entry, where = git_credential_entry(model, load_credentials()) if needs_credentials(model) else (None, "")
+    entry, where = git_credential_entry(model, load_credentials(credential_file(root), environ)) \
+        if needs_credentials(model) else (None, "")
     if entry is None and inline is not None:
         entry, where = inline, f"url of model '{model.name}'"
     if entry is None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from madengine.core.errors import ExecutionError
 from madengine.core.redact import redact
 from madengine.data.base import DataLog, FetchStats
 from madengine.data.config import DEFAULT_DATA_FILE, DataConfig, ProviderConfig, load_data_config
-from madengine.data.credentials import (AWS_S3, MINIO, Credentials, check_model_credentials,
+from madengine.data.credentials import (AWS_S3, MINIO, Credentials, check_model_credentials, credential_file,
                                         load_credentials, needs_credentials)
 from madengine.data.mirror import choose_mirror, human_size, tree_size
 
@@ -67,12 +67,6 @@ def _source(config: ProviderConfig, credentials: Credentials, root: Path) -> Any
     from madengine.data.s3 import S3Source
 
     return S3Source(config, credentials)
-
-
-def _model_root() -> Path:
-    from madengine.catalog import model_root
-
-    return model_root()
 
 
 def load_config(data_file: str | None, context: Any, root: Path) -> DataConfig:
@@ -133,15 +127,15 @@ def apply_deliveries(spec: Any, deliveries: list[Delivery], executor_name: str) 
 
 
 def provide_data(spec: Any, *, data_file: str | None, force_mirror_local: str | None, context: Any,
-                 executor_name: str, reporter: Any, live_output: bool) -> None:
+                 executor_name: str, reporter: Any, live_output: bool, root: Path,
+                 environ: Mapping[str, str] | None = None) -> None:
     """Deliver every data set of ``spec.model`` and wire it into ``spec`` (a run extension).
 
     Every provider fetches on the host; the docker executor gets mounts, the local executor the
     host folders themselves.
     """
-    root = _model_root()
     config = load_config(data_file, context, root)
-    credentials = load_credentials()
+    credentials = load_credentials(credential_file(root), environ)
     live = (lambda line: reporter.output(spec.key, line)) if live_output else None
     log = DataLog(spec.log_path, reporter.message, live)
     deliveries = [
@@ -152,7 +146,8 @@ def provide_data(spec: Any, *, data_file: str | None, force_mirror_local: str | 
     apply_deliveries(spec, deliveries, executor_name)
 
 
-def check_run_inputs(models: Iterable[Any], data_file: str | None, context: Any) -> None:
+def check_run_inputs(models: Iterable[Any], data_file: str | None, context: Any, root: Path,
+                     environ: Mapping[str, str] | None = None) -> None:
     """Before anything runs: data names defined, data.json and credential.json well-formed, and
     every credential a selected model or data provider needs present and usable. Raises
     ConfigError / CredentialError (the CLI's one-line error, exit 2)."""
@@ -161,9 +156,8 @@ def check_run_inputs(models: Iterable[Any], data_file: str | None, context: Any)
     cred_models = [m for m in models if needs_credentials(m)]
     if not data_models and not cred_models:
         return
-    credentials = load_credentials()
+    credentials = load_credentials(credential_file(root), environ)
     if data_models:
-        root = _model_root()
         config = load_config(data_file, context, root)
         types = {p.type for m in data_models for n in m.data_names for p in config.providers(n, m.name)}
         if "aws" in types:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from madengine.core.errors import CredentialError, InputError, MadEngineError, ServiceError
+from madengine.core.values import MAX_TIMEOUT, brief, whole_number
 from madengine.database.rows import IDENTITY_COLUMN, GroupKey, ImportRow, content_keys, numeric_performances
 from madengine.database.sql import EXTRA_COLUMN, HISTORY_COLUMNS, RunInfo, TableState
 from madengine.database.urls import DEFAULT_MONGO_DATABASE, DbUrl
@@ -80,14 +81,22 @@ def mongo_errors(url: DbUrl) -> Iterator[None]:
         raise
 
 
-def connect(url: DbUrl, environ: Mapping[str, str]) -> Any:
-    """A ``MongoClient`` for ``url``; nothing is sent until the first command."""
+def _pymongo() -> Any:
+    """The pymongo module; without it every MongoDB command is the same install hint (exit 2)."""
     try:
         import pymongo
     except ImportError:
         raise ServiceError("MongoDB support needs the 'pymongo' package", hint="pip install 'madengine[db]'") from None
+    return pymongo
+
+
+def connect(url: DbUrl, environ: Mapping[str, str]) -> Any:
+    """A ``MongoClient`` for ``url``; nothing is sent until the first command."""
+    pymongo = _pymongo()
     raw = (environ.get("MONGO_TIMEOUT_MS") or "").strip()
-    timeout_ms = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_TIMEOUT_MS
+    timeout_ms = whole_number(raw) if raw else DEFAULT_TIMEOUT_MS
+    if timeout_ms is None or not 0 < timeout_ms <= MAX_TIMEOUT:
+        raise InputError(f"must be a positive number of milliseconds, got {brief(raw)}", path="MONGO_TIMEOUT_MS")
     options: dict[str, Any] = {"appname": "madengine"}
     lowered = url.text.lower()
     if "serverselectiontimeoutms" not in lowered:
@@ -169,7 +178,7 @@ class MongoStore:
                 | {"id": str(d.get("seq", ""))} for d in self.collection.find(query, fields).sort("seq", 1)]
 
     def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
-        from pymongo import UpdateOne
+        UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
 
         first_seq = time.time_ns()  # later imports sort after earlier ones
         inserted = 0
@@ -316,7 +325,7 @@ def _job_documents(path: Path) -> list[dict[str, Any]]:
 
 def build_upload_requests(kind: str, files: Sequence[Path], name: str) -> list[Any]:
     """The pymongo write requests for ``upload-mongodb`` (see the module docstring)."""
-    from pymongo import UpdateOne
+    UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
 
     now = _now()
     created = now.strftime("%Y-%m-%d %H:%M:%S")

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit, urlunsplit
 
 from madengine.core.errors import InputError
 from madengine.core.redact import MASK, register_secret
+from madengine.core.values import brief, port_number
 
 DEFAULT_SQLITE_FILE = "madengine.db"
 DEFAULT_MYSQL_DATABASE = "dlm_db"  # the original tool's TUNA_DB_NAME default
@@ -150,8 +151,8 @@ def mysql_url_from_tuna(environ: Mapping[str, str]) -> DbUrl:
     host = _from_env(environ, "TUNA_DB_HOSTNAME") or "localhost"
     port = _from_env(environ, "TUNA_DB_PORT") or "3306"
     database = _from_env(environ, "TUNA_DB_NAME") or DEFAULT_MYSQL_DATABASE
-    if not port.isdigit():
-        raise InputError(f"TUNA_DB_PORT must be a port number, got {port!r}", path="TUNA_DB_PORT")
+    if port_number(port) is None:
+        raise InputError(f"must be a port number (1-65535), got {brief(port)}", path="TUNA_DB_PORT")
     userinfo = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
     register_secret(password)
     return parse_url(f"mysql://{userinfo}@{host}:{port}/{database}", origin="TUNA_DB_*")
@@ -174,8 +175,8 @@ def mongo_url_from_env(environ: Mapping[str, str]) -> DbUrl:
     port = _from_env(environ, "MONGO_PORT") or "27017"
     user = _from_env(environ, "MONGO_USER")
     password = environ.get("MONGO_PASSWORD") or ""
-    if not port.isdigit():
-        raise InputError(f"MONGO_PORT must be a port number, got {port!r}", path="MONGO_PORT")
+    if port_number(port) is None:
+        raise InputError(f"must be a port number (1-65535), got {brief(port)}", path="MONGO_PORT")
     register_secret(password)
     userinfo = ""
     if user:

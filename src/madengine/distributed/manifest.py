@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from madengine.core.ids import machine_name
 from madengine.core.jsonio import read_json_file
 from madengine.core.redact import redact
 from madengine.distributed import transport
-from madengine.distributed.options import DEFAULT_MANIFEST, TransportOptions
+from madengine.distributed.options import TransportOptions
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.plan import image_key
 
@@ -149,7 +150,31 @@ def _fields(cls: type, data: Mapping[str, Any], shown: str) -> dict[str, Any]:
     missing = sorted(required - set(data))
     if missing:
         raise ConfigError(f"an entry lacks {', '.join(missing)}", path=shown)
-    return {k: v for k, v in data.items() if k in names}
+    values = {k: v for k, v in data.items() if k in names}
+    for field in dataclasses.fields(cls):
+        if field.name in values:
+            _check_type(values[field.name], _kind(field), f"{cls.__name__.lower()}.{field.name}", shown)
+    return values
+
+
+def _kind(field: dataclasses.Field) -> type:
+    """What a manifest field holds, from its default: text, a number or an object."""
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return dict
+    return float if isinstance(field.default, float) else str
+
+
+def _check_type(value: Any, kind: type, where: str, shown: str) -> None:
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif kind is dict:
+        ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        what = {float: "a number", dict: "an object", str: "a string"}[kind]
+        raise ConfigError(f"{where} must be {what}, got {type(value).__name__}", path=shown,
+                          hint="rebuild the manifest with 'madengine build'")
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -163,9 +188,16 @@ def load_manifest(path: str | Path) -> Manifest:
     if data.get("format_version") != FORMAT_VERSION:
         raise ConfigError(f"format_version {data.get('format_version')!r} is not supported (expected "
                           f"{FORMAT_VERSION})", path=shown, hint="rebuild with this madengine version")
-    for key in ("images", "failed"):
+    for key in ("images", "failed", "tags"):
         if not isinstance(data.get(key, []), list):
             raise ConfigError(f"'{key}' must be a list", path=shown)
+    if not all(isinstance(tag, str) for tag in data.get("tags", [])):
+        raise ConfigError("'tags' must be a list of strings", path=shown)
+    if not isinstance(data.get("context", {}), dict):
+        raise ConfigError("'context' must be an object", path=shown)
+    for key in ("registry", "image_archive"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ConfigError(f"'{key}' must be a string or null", path=shown)
     images = [ManifestImage(**_fields(ManifestImage, i, shown)) for i in data.get("images", [])]
     failed = [FailedBuild(**_fields(FailedBuild, f, shown)) for f in data.get("failed", [])]
     return Manifest(

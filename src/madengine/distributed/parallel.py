@@ -32,6 +32,7 @@ from madengine.core.events import Progress, Reporter
 from madengine.execution.plan import parse_gpu_list, resolve_gpus
 from madengine.execution.runner import ModelRunner, Slot
 from madengine.results import PerfRecord, Status
+from madengine.tracing import names
 
 _POLL = 0.2
 
@@ -152,6 +153,10 @@ class ParallelScheduler:
                     return self.models.popleft(), slot
                 self.cond.wait(_POLL)
 
+    def _slot(self, number: int) -> None:
+        with self.runner.tracer.span(names.SPAN_PARALLEL_SLOT, {names.ATTR_SLOT: number}):
+            self._work()
+
     def _work(self) -> None:
         try:
             while True:
@@ -184,8 +189,9 @@ class ParallelScheduler:
 
     # -- caller's thread -----------------------------------------------------------------------
     def run(self) -> Iterator[PerfRecord]:
-        threads = [threading.Thread(target=self._work, name=f"madengine-parallel-{i}", daemon=True)
-                   for i in range(self.workers)]
+        # each slot thread continues the run's trace (threads do not inherit the current span)
+        threads = [threading.Thread(target=self.runner.tracer.bind(self._slot), args=(i,),
+                                    name=f"madengine-parallel-{i}", daemon=True) for i in range(self.workers)]
         for thread in threads:
             thread.start()
         done = 0

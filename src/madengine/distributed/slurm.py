@@ -30,6 +30,7 @@ from madengine.context.context import deep_merge, load_context_file, parse_conte
 from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, ContextError, InputError
 from madengine.core.host import Host
+from madengine.tracing import NULL_TRACER, names
 from madengine.core.redact import redact
 from madengine.distributed.manifest import model_entry
 from madengine.distributed.slurm_commands import SlurmCommands, SubmissionRejected
@@ -164,6 +165,8 @@ class SlurmRun:
     catalog: Catalog
     models: list[Model]
     command_line: str = ""
+    #: the submitting run's tracer: each task continues its trace under a ``slurm_task`` span
+    tracer: Any = NULL_TRACER
 
 
 def user_context(options: RunOptions) -> dict[str, Any]:
@@ -220,6 +223,8 @@ class SlurmPlan:
     job: SlurmJob
     scripts: list[Script]
     context: dict[str, Any]
+    #: the ``slurm_task`` span of each task index (ended when its rows are merged)
+    task_spans: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
 def task_command(request: SlurmRun, settings: SlurmSettings, job_dir: Path, context_file: Path | None) -> list[str]:
@@ -227,6 +232,8 @@ def task_command(request: SlurmRun, settings: SlurmSettings, job_dir: Path, cont
     options, build, transport = request.run, request.build, request.transport
     argv = [*settings.madengine_command, "run", "--executor", settings.executor, "--live-output", "--no-html",
             "--runs-dir", str(job_dir / "runs")]
+    if not request.run.trace:
+        argv.append("--no-trace")
     if options.timeout is not None:
         argv += ["--timeout", str(options.timeout)]
     if options.repeat is not None:
@@ -286,9 +293,15 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
     tasks = [SlurmTask(index=i, model=m.name, tag=task_tag(m), model_entry=model_entry(m),
                        result_dir=str(job_dir / "tasks" / f"{i:03d}-{_safe(m.name)}"), nodes=model_nodes(m, settings))
              for i, m in enumerate(models)]
+    spans = {}
+    for task in tasks:
+        spans[task.index] = request.tracer.start_span(names.SPAN_SLURM_TASK, {
+            names.ATTR_MODEL: task.model, names.ATTR_SLURM_TASK_ID: task.index})
+        task.traceparent = request.tracer.traceparent(spans[task.index]) if request.tracer.enabled else ""
     job = SlurmJob(run_id=run_id, job_dir=job_dir, output=str(Path(options.output).resolve()),
                    command_line=request.command_line, context=context, tasks=tasks)
     common = {"version": __version__, "run_id": run_id, "job_name": settings.job_name,
+              "trace": request.tracer.enabled,
               "directives": settings.directives(), "workdir": str(Path.cwd()), "model_dir": str(catalog.root),
               "env": sorted(settings.env.items()), "modules": settings.modules, "command": command}
     templates = _templates()
@@ -312,7 +325,7 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
         helper = templates.get_template("node-rank.sh.j2").render(**values)
         scripts.append(Script(job_dir / f"{stem}.sbatch", text, [task], "multinode", log_pattern,
                               helper=(rank_script, helper)))
-    return SlurmPlan(settings=settings, job=job, scripts=scripts, context=context)
+    return SlurmPlan(settings=settings, job=job, scripts=scripts, context=context, task_spans=spans)
 
 
 # -- submitting --------------------------------------------------------------------------------
@@ -423,8 +436,13 @@ def run_on_slurm(request: SlurmRun, reporter: Reporter, host: Host) -> RunSummar
             reporter.message(f"madengine: not waiting; merge the results later with: madengine report collect "
                              f"--job {job.job_ids[0]} --results-dir {plan.settings.results_dir}")
         return _summary(job, output, records)
-    return wait_and_collect(job, commands, reporter, host, output=output, poll_interval=plan.settings.poll_interval,
-                            live_output=request.run.live_output)
+    summary = wait_and_collect(job, commands, reporter, host, output=output,
+                               poll_interval=plan.settings.poll_interval, live_output=request.run.live_output)
+    for task in job.tasks:  # the tasks' own traces join the run's; their spans end with the merge
+        for path in task.trace_files():
+            request.tracer.attach_child_trace(path)
+        plan.task_spans[task.index].end()
+    return summary
 
 
 def collect_by_job_id(job_id: str, host: Host, *, results_dir: str | Path = DEFAULT_RESULTS_DIR,
@@ -436,9 +454,26 @@ def collect_by_job_id(job_id: str, host: Host, *, results_dir: str | Path = DEFA
     target = Path(output) if output else Path(job.output)
     ensure_not_collected(job, force)
     settings = slurm_settings(job.context.get("slurm", {}))
-    return wait_and_collect(job, SlurmCommands(), reporter, host, output=target,
-                            poll_interval=poll_interval or settings.poll_interval, live_output=live_output,
-                            force=force)
+    summary = wait_and_collect(job, SlurmCommands(), reporter, host, output=target,
+                               poll_interval=poll_interval or settings.poll_interval, live_output=live_output,
+                               force=force)
+    merge_task_traces(job, reporter)
+    return summary
+
+
+def merge_task_traces(job: SlurmJob, reporter: Reporter) -> None:
+    """The tasks' trace.json files into the job folder's (written when the run was submitted)."""
+    from madengine.core.errors import MadEngineError
+    from madengine.tracing import TRACE_FILE, merge_trace_files
+
+    target = job.job_dir / TRACE_FILE
+    children = [path for task in job.tasks for path in task.trace_files()]
+    if not target.is_file() or not children:
+        return
+    try:
+        merge_trace_files(target, children)
+    except (MadEngineError, OSError) as exc:  # the rows are merged; a trace problem only loses the trace
+        reporter.message(f"madengine: warning: the tasks' traces were not merged into {target}: {exc}")
 
 
 __all__ = ["SlurmSettings", "SlurmPlan", "SlurmRun", "plan_slurm_run", "submit", "run_on_slurm",

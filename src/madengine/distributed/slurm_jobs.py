@@ -61,6 +61,12 @@ class SlurmTask:
     rejected: str = ""  # sbatch's message when the job carrying the task was refused
     recorded: bool = False  # its rows are already in perf.csv (a refused task, recorded at once)
     unrunnable: str = ""  # the pending reason for which madengine cancelled the task (it could never start)
+    traceparent: str = ""  # the W3C trace context the task continues ('' with --no-trace)
+
+    def trace_files(self) -> list[Path]:
+        """The trace.json files the task wrote (one per node rank of a multi-node task)."""
+        folder = Path(self.result_dir)
+        return sorted(folder.glob("trace.json")) + sorted(folder.glob("rank*/trace.json"))
 
     @property
     def slurm_id(self) -> str:

@@ -1,9 +1,13 @@
 """The docker executor: runs each model's steps in a container, through the Docker SDK for Python.
 
 The container's main process idles (``sleep infinity`` under the engine's init) and every step
-is an ``exec`` in it, so pre-scripts, the model script and post-scripts share one container while
-each gets its own exit code, output and (for the model) timeout. A step that times out or is
-interrupted kills the container; the container is removed at the end unless ``--keep-alive``.
+is an ``exec`` in it, so pre-scripts, the model script and post-scripts (and every repeat) share
+one container while each gets its own exit code, output and (for the model) timeout. A run that is
+one step run once (no pre/post-scripts, no repeats) is a *one-shot* container instead: the step is
+the container's own process, as ``docker run`` does, which saves the exec and its bookkeeping; its
+duration is the engine's (StartedAt → FinishedAt), so container start-up never counts as the
+model's time. A step that times out or is interrupted kills the container; the container is
+removed at the end unless ``--keep-alive``.
 Images come from the :class:`~madengine.execution.executor.ImageSource` the executor is given.
 """
 
@@ -85,6 +89,15 @@ class DockerExecutor:
 
     # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:
+        args = self._container_args(spec)
+        if spec.one_shot:  # the step is the container's own process
+            step = spec.steps[0]
+            args.update(command=step.argv, working_dir=CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else ""),
+                        log_config={"type": "json-file"})  # readable whatever the engine's default driver
+            args["environment"] = {**args["environment"], **step.env}
+        return args
+
+    def _container_args(self, spec: RunSpec) -> dict[str, Any]:
         from docker.types import DeviceRequest, Ulimit
 
         extra = parse_run_options(spec.model.additional_docker_run_options)
@@ -140,6 +153,53 @@ class DockerExecutor:
             raise ExecutionError(f"container could not start: {last_line(redact(str(exc)))}") from None
 
     def run_step(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
+        if spec.one_shot:
+            return self._run_main(spec, timeout, sink)
+        return self._run_exec(spec, step, timeout, sink)
+
+    def _run_main(self, spec: RunSpec, timeout: int | None, sink: LineSink) -> StepResult:
+        """A one-shot container: its output from the start, its exit code, the engine's timing."""
+        container = self._containers[spec.key]
+        api = self.client.api
+        started = time.monotonic()
+        timed_out = threading.Event()
+
+        def on_timeout() -> None:
+            timed_out.set()
+            self._kill(spec)
+
+        timer = threading.Timer(timeout, on_timeout) if timeout else None
+        if timer:
+            timer.daemon = True
+            timer.start()
+        try:
+            with engine_calls():
+                # the log follows from the container's start to its exit (attaching could miss output
+                # written before it, and waits forever on a container that already ended)
+                for chunk in api.logs(container.id, stream=True, follow=True):
+                    sink.feed(chunk)
+                code = api.wait(container.id).get("StatusCode")
+                state = api.inspect_container(container.id).get("State") or {}
+        except KeyboardInterrupt as exc:
+            self._kill(spec)
+            sink.close()
+            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+        finally:
+            if timer:
+                timer.cancel()
+        sink.close()
+        duration = _engine_duration(state) or time.monotonic() - started
+        if timed_out.is_set():
+            return StepResult(None, duration, sink.text(), timed_out=True)
+        cause = "out of memory: the kernel's OOM killer stopped the model" + self._limit(container) \
+            if state.get("OOMKilled") else ""
+        return StepResult(code, duration, sink.text(), cause=cause)
+
+    def _limit(self, container: Any) -> str:
+        limit = (self.client.api.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
+        return f" at the container's memory limit of {_mib(limit)}" if limit else " (no container memory limit)"
+
+    def _run_exec(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
         from docker.errors import APIError
 
         container = self._containers[spec.key]
@@ -269,6 +329,24 @@ class DockerExecutor:
 
 
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def _engine_duration(state: dict[str, Any]) -> float | None:
+    """Seconds between the engine's StartedAt and FinishedAt of a container's process."""
+    import datetime
+
+    def moment(text: str) -> datetime.datetime | None:
+        if not text or text.startswith("0001"):
+            return None
+        head, _, fraction = text.rstrip("Z").partition(".")
+        try:
+            base = datetime.datetime.fromisoformat(head)
+        except ValueError:
+            return None
+        return base + datetime.timedelta(microseconds=int((fraction + "000000")[:6]) if fraction else 0)
+
+    begin, end = moment(state.get("StartedAt", "")), moment(state.get("FinishedAt", ""))
+    return (end - begin).total_seconds() if begin and end and end >= begin else None
 
 
 def _mib(size: int) -> str:

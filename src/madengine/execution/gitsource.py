@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 from pathlib import Path
+from typing import Mapping
 from urllib.parse import urlparse
 
 from madengine.catalog.schema import Model
@@ -22,7 +23,8 @@ def repo_dir_name(url: str) -> str:
     return name if name and name not in (".", "..") else "repo"
 
 
-def clone(model: Model, workdir: Path, log_path: Path) -> tuple[str, str]:
+def clone(model: Model, workdir: Path, log_path: Path, root: Path | None = None,
+          environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """Clone ``model.url`` into ``workdir/<repo>``; returns (folder name, HEAD commit)."""
     try:
         import git
@@ -32,7 +34,7 @@ def clone(model: Model, workdir: Path, log_path: Path) -> tuple[str, str]:
 
     name = repo_dir_name(model.url)
     target = workdir / name
-    env, url, cleanup = git_environment(model)
+    env, url, cleanup = git_environment(model, root, environ)
     try:
         repo = git.Repo.clone_from(url, target, env=env, multi_options=["--recurse-submodules"])
         commit = repo.head.commit.hexsha

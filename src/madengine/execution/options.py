@@ -40,6 +40,8 @@ class RunOptions:
     tools_json_file_name: str | None = None
     force_mirror_local: str | None = None
     runs_dir: Path = Path("madengine_runs")
+    #: the model repository (None: ``MODEL_DIR``, else the current folder)
+    root: Path | None = None
     #: runs of the model step that count (None: the model's ``repeat`` field, else 1)
     repeat: int | None = None
     #: runs of the model step before those, discarded (warm-up)

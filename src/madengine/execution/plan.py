@@ -119,9 +119,17 @@ def script_step(model: Model, root: Path, args: str) -> tuple[Step, Path]:
 
 
 def copy_tree(source: Path, destination: Path) -> None:
-    """Copy a folder's contents into ``destination`` (which may exist), following links."""
+    """Copy a folder's contents into ``destination`` (which may exist), following links.
+
+    A model whose script sits at the repository root copies the root: the folder that holds
+    ``destination`` itself (the runs folder, when it is inside the repository) is left out, or the
+    copy would copy itself without end.
+    """
     destination.mkdir(parents=True, exist_ok=True)
+    inside = destination.resolve()
     for entry in source.iterdir():
+        if entry.is_dir() and inside.is_relative_to(entry.resolve()):
+            continue
         target = destination / entry.name
         if entry.is_dir():
             shutil.copytree(entry, target, dirs_exist_ok=True, symlinks=False)

@@ -268,6 +268,10 @@ class ModelRunner:
             for extend in self.extensions:
                 extend(spec)
             facts.absorb(spec)
+            warmup, repeat = self.repetitions(model)
+            # --keep-alive keeps a running container to look into, so it never runs one-shot
+            spec.one_shot = len(spec.steps) == 1 and spec.steps[0].is_model and warmup + repeat == 1 \
+                and not self.options.keep_alive
             with self._phase(model, names.SPAN_CONTAINER_START, {names.ATTR_IMAGE: spec.image}):
                 self.executor.start(spec)
             started = True
@@ -289,7 +293,8 @@ class ModelRunner:
         if spec.model.url:
             from madengine.execution.gitsource import clone
 
-            spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path)
+            spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path, self.root,
+                                                    self.host.environ)
         if script_dir is not None:
             copy_tree(script_dir, spec.workdir / spec.model_cwd)
         for step in spec.steps:
@@ -327,6 +332,7 @@ class ModelRunner:
         work folder; the kept repeats, or the reason the steps could not complete."""
         warmup, repeat = self.repetitions(spec.model)
         repeats = Repeats(warmup=warmup)
+        model_failed = ""  # a model that exits non-zero stops repeating, but its post-scripts still run
         with open_log(spec.log_path) as log:
             for step in spec.steps:
                 for n in range(warmup + repeat if step.is_model else 1):
@@ -334,6 +340,10 @@ class ModelRunner:
                     if step.is_model:
                         facts.test_duration = (facts.test_duration or 0.0) + result.duration
                     reason = self._step_failure(spec, step, result, n, warmup + repeat)
+                    if reason and step.is_model and result.exit_code not in (None, 0) and not result.timed_out \
+                            and result.interrupted is None and not result.error:
+                        model_failed, repeats.ran = reason, True
+                        break
                     if reason:
                         return reason
                     if step.is_model:
@@ -345,6 +355,8 @@ class ModelRunner:
                                 if isinstance(table, str):
                                     return table
                                 repeats.tables.append(table)
+        if model_failed:
+            return model_failed
         if not repeats.ran:
             return "no model step to run"
         return repeats

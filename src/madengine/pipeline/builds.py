@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from madengine.catalog import model_root
 from madengine.context import build_context
 from madengine.core.errors import MadEngineError
 from madengine.core.events import Reporter
@@ -27,7 +28,7 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
     options = request.transport
     if options.registry:
         options = dataclasses.replace(options, registry=transport.check_registry(options.registry))
-    selection = select(request.tags)
+    selection = select(request.tags, root=model_root(host.environ))
     context = build_context(context_file=request.context_file, context_string=request.context_string)
     client = connect_docker("start dockerd (scripts/docker-up.sh); 'madengine build' builds images, which needs "
                             "an engine")

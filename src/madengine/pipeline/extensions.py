@@ -5,7 +5,7 @@ bad data.json, credential.json and tools.json before anything is built (exit 2).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from madengine.catalog import Model
 from madengine.context import Context
@@ -20,7 +20,8 @@ def _uses_tools(context: Context) -> bool:
     return bool(context.get("tools") or context.get("pre_scripts") or context.get("post_scripts"))
 
 
-def check_inputs(models: Sequence[Model], options: RunOptions, context: Context, root: Path) -> None:
+def check_inputs(models: Sequence[Model], options: RunOptions, context: Context, root: Path,
+                 environ: Mapping[str, str]) -> None:
     """Bad data.json / credential.json / tools.json, an unknown tool, a bad ``repeat`` field: exit 2
     before any build."""
     from madengine.execution.runner import check_repeat
@@ -30,7 +31,7 @@ def check_inputs(models: Sequence[Model], options: RunOptions, context: Context,
     if any(m.data_names or m.cred or m.url for m in models):
         from madengine.data import check_run_inputs
 
-        check_run_inputs(models, options.data_config_file_name, context)
+        check_run_inputs(models, options.data_config_file_name, context, root, environ)
     if _uses_tools(context):
         from madengine.tools import validate_tools
 
@@ -54,7 +55,7 @@ def context_mounts(context: Context, executor: str) -> list[Mount]:
 
 
 def run_extensions(models: Sequence[Model], options: RunOptions, context: Context, root: Path, executor: str,
-                   reporter: Reporter, tracer: Any = NULL_TRACER) -> list[Extension]:
+                   reporter: Reporter, environ: Mapping[str, str], tracer: Any = NULL_TRACER) -> list[Extension]:
     """The extensions these models need, in the order they apply: data, credentials, ONNX, tools
     (tools wrap whatever model step the others produced)."""
     extensions: list[Extension] = []
@@ -70,13 +71,13 @@ def run_extensions(models: Sequence[Model], options: RunOptions, context: Contex
             with tracer.span(names.SPAN_DATA_PROVISION, {names.ATTR_MODEL: spec.model.name}):
                 provide_data(spec, data_file=options.data_config_file_name,
                              force_mirror_local=options.force_mirror_local, context=context, executor_name=executor,
-                             reporter=reporter, live_output=options.live_output)
+                             reporter=reporter, live_output=options.live_output, root=root, environ=environ)
 
         extensions.append(data)
     if any(m.cred for m in models):
         from madengine.data.credentials import apply_model_credentials
 
-        extensions.append(lambda spec: apply_model_credentials(spec) if spec.model.cred else None)
+        extensions.append(lambda spec: apply_model_credentials(spec, root, environ) if spec.model.cred else None)
     if any(m.onnx for m in models):
         from madengine.bench.models_json import onnx_step
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from madengine.catalog import model_root
 from madengine.context import Context, build_context
 from madengine.core.errors import InputError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
@@ -35,9 +36,10 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     if request.transport.manifest_file and options.executor == "local":
         raise InputError("a manifest run runs the manifest's images, which needs Docker", path="--executor",
                          hint="use --executor docker (or auto)")
+    selection = select(options.tags, request.transport.manifest_file,
+                       Path(options.root) if options.root else model_root(host.environ))
     if options.executor == "slurm":
-        return _run_on_slurm(request, host, reporter)
-    selection = select(options.tags, request.transport.manifest_file)
+        return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))
     db_url = recorder_url(options.db_url, host.environ)
     recorder = LiveRecorder(db_url, host.environ) if db_url is not None else None
@@ -63,7 +65,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
         context = build_context(context_file=options.context_file, context_string=options.context_string)
-    check_inputs(selection.models, options, context, selection.catalog.root)
+    check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)
     summary.executor = executor.name
@@ -74,7 +76,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     runner = ModelRunner(options=options, context=context, root=selection.catalog.root, executor=executor,
                          records=records, reporter=reporter, host=host, run_id=summary.run_id,
                          extensions=run_extensions(selection.models, options, context, selection.catalog.root,
-                                                   executor.name, reporter, tracer),
+                                                   executor.name, reporter, host.environ, tracer),
                          tracer=tracer)
     runner.total = len(selection.models)
     runner.positions = {m.name: i for i, m in enumerate(selection.models, start=1)}
@@ -164,10 +166,19 @@ def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter, recorde
             reporter.message(warning)
 
 
-def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter) -> RunSummary:
+def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection: Selection) -> RunSummary:
+    """Each task is a ``slurm_task`` span of this run's trace, and its own trace (written on its
+    node) merges into the job folder's trace.json."""
     from madengine.distributed.slurm import SlurmRun, run_on_slurm
 
-    selection = select(request.run.tags, request.transport.manifest_file)
-    return run_on_slurm(SlurmRun(run=request.run, build=request.build, transport=request.transport,
-                                 slurm=request.slurm, catalog=selection.catalog, models=selection.models,
-                                 command_line=host.command_line), reporter, host)
+    tracer = start_tracer(request.run, host, reporter, "slurm")
+    summary = None
+    try:
+        with tracer.span(names.SPAN_RUN, {names.ATTR_EXECUTOR: "slurm"}):
+            summary = run_on_slurm(SlurmRun(run=request.run, build=request.build, transport=request.transport,
+                                            slurm=request.slurm, catalog=selection.catalog, models=selection.models,
+                                            command_line=host.command_line, tracer=tracer), reporter, host)
+    finally:
+        if summary is not None and not request.slurm.dry_run:
+            summary.trace = finish_tracer(tracer, request.run, summary.run_dir, host, reporter)
+    return summary

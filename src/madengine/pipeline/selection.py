@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from madengine.catalog import Catalog, Model, load_catalog, model_root, select_models
@@ -24,20 +25,20 @@ def no_models(what: str = "--tags") -> InputError:
     return InputError("no models selected", path=what, hint="e.g. --tags all, or see 'madengine discover'")
 
 
-def select(tags: Sequence[str], manifest_file: str | None = None) -> Selection:
+def select(tags: Sequence[str], manifest_file: str | None = None, root: Path | None = None) -> Selection:
     """The models ``tags`` select from the catalog, or from the manifest (``--tags`` filters it)."""
     if manifest_file:
         from madengine.distributed.manifest import load_manifest, manifest_models
 
         manifest = load_manifest(manifest_file)
-        root = model_root()
+        root = root or model_root()
         models = manifest_models(manifest, root, tags)
         if not models:
             raise no_models("--tags" if tags else str(manifest_file))
         return Selection(Catalog(root=root, models=models), models, manifest)
     if not tags:
         raise no_models()
-    catalog = load_catalog()
+    catalog = load_catalog(root)
     models = select_models(catalog, list(tags))
     if not models:
         raise no_models()

@@ -264,6 +264,8 @@ def line_chart(metric: str, models: list[ModelStats], summary: Summary,
     note = f"{len(candidates) - MAX_SERIES} more model(s) with fewer runs not shown" if len(candidates) > MAX_SERIES else ""
     if last - first + 1 > MAX_POINTS:
         note = "; ".join(filter(None, [note, f"{last - first + 1} runs averaged into {MAX_POINTS} buckets"]))
+    if y_ticks[0] > 0 or y_ticks[-1] < 0:  # a zoomed axis makes small changes look large: say so
+        note = "; ".join(filter(None, [f"the {metric} axis starts at {_label(y_ticks[0], scale)}, not at zero", note]))
     return LineChart(metric, lower_is_better(metric), series, [Tick(y_scaled(t), _label(t, scale)) for t in y_ticks],
                      x_ticks, WIDTH, LINE_HEIGHT, (left, top, right, bottom), note)
 

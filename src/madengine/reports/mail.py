@@ -49,12 +49,13 @@ class SmtpSettings:
 
 
 def csv_files(folder: Path) -> list[Path]:
-    """The CSV files directly in ``folder``, sorted by name; InputError when there are none."""
+    """A perf.csv itself, or the CSV files directly in a folder, sorted by name; InputError when
+    there are none."""
     folder = Path(folder)
     if not folder.exists():
-        raise InputError("folder not found", path=str(folder))
-    if not folder.is_dir():
-        raise InputError("not a folder", path=str(folder), hint="to-email takes a folder of CSV files")
+        raise InputError("file or folder not found", path=str(folder), hint="give a perf.csv or a folder of CSV files")
+    if folder.is_file():
+        return [folder]
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".csv" and p.is_file())
     if not files:
         raise InputError("no CSV files in this folder", path=str(folder))
@@ -95,7 +96,7 @@ def build_email(folder: Path, subject: str | None = None) -> EmailBody:
 def write_email(folder: Path, output: Path | None = None, subject: str | None = None) -> tuple[Path, EmailBody]:
     """Build the email body of ``folder`` and write it to ``output`` (default ``folder/run_results.html``)."""
     body = build_email(folder, subject)
-    target = Path(output) if output else Path(folder) / DEFAULT_NAME
+    target = Path(output) if output else (Path(folder) if Path(folder).is_dir() else Path(folder).parent) / DEFAULT_NAME
     write_atomically(target, body.html)
     return target, body
 

@@ -23,9 +23,11 @@ from madengine.reports.table import PerfTable
 from madengine.results.columns import ALL_COLUMNS
 
 # The columns of the rows table, in this order, when present and not empty in the shown rows.
-ROW_COLUMNS = ("model", "tag_configs", "status", "performance", "metric", "perf_n", "perf_cv", "n_gpus",
+# the reason right after the status: a FAILURE row says why without scrolling (at 1280 px and up)
+ROW_COLUMNS = ("model", "tag_configs", "status", "reason", "performance", "metric", "perf_n", "perf_cv", "n_gpus",
                "gpu_architecture", "executor", "backend", "machine_name", "docker_image", "test_duration", "started_at",
-               "run_id", "reason")
+               "run_id")
+TRACE_COLUMN = "trace"  # a link to the row's trace.json, beside its run id
 # how a cell of these columns is shown: "num" right-aligned figures, "status" coloured, "wrap" long text
 COLUMN_KINDS = {"performance": "num", "perf_n": "num", "perf_cv": "num", "n_gpus": "num", "test_duration": "num",
                 "status": "status", "reason": "wrap"}
@@ -81,14 +83,26 @@ def rows_view(table: PerfTable, limit: int) -> RowsView:
     if not chosen:
         chosen = [table.index("model")]  # type: ignore[list-item]
     i_model, i_status = table.index("model"), table.index("status")
+    traces = [_trace_file(table, row) for row in latest]
+    with_trace = any(traces)
     return RowsView(
-        columns=[table.header[i] for i in chosen],
-        kinds=[COLUMN_KINDS.get(table.header[i], "") for i in chosen],
-        rows=[[_clip(row[i].strip()) for i in chosen] for row in latest],
+        columns=[table.header[i] for i in chosen] + ([TRACE_COLUMN] if with_trace else []),
+        kinds=[COLUMN_KINDS.get(table.header[i], "") for i in chosen] + (["trace"] if with_trace else []),
+        rows=[[_clip(row[i].strip()) for i in chosen] + ([trace] if with_trace else [])
+              for row, trace in zip(latest, traces)],
         statuses=[row[i_status].strip().upper() if i_status is not None else "" for row in latest],
         models=[row[i_model].strip() for row in latest],  # type: ignore[index]
         total=len(table.rows),
     )
+
+
+def _trace_file(table: PerfTable, row: list[str]) -> str:
+    """The trace.json of a run's row: the run folder of its logs (``<runs>/<run id>/<key>/run.log``)."""
+    i_trace, i_artifacts = table.index("trace_id"), table.index("artifacts")
+    if i_trace is None or i_artifacts is None or not row[i_trace].strip():
+        return ""
+    log = next((a for a in row[i_artifacts].split(",") if a.strip().endswith("run.log")), "")
+    return str(Path(log.strip()).parent.parent / "trace.json") if log else ""
 
 
 def _clip(text: str) -> str:

@@ -113,9 +113,9 @@ class Summary:
 def as_float(text: str) -> float | None:
     try:
         value = float(text)
-    except ValueError:
+    except (TypeError, ValueError, OverflowError):
         return None
-    return None if math.isnan(value) or math.isinf(value) else value
+    return value if math.isfinite(value) else None
 
 
 def _samples(performance: str, samples_cell: str) -> list[float]:
@@ -138,7 +138,6 @@ def summarize(table: PerfTable) -> Summary:
     Written as whole-column passes (comprehensions, Counter) rather than one loop doing
     everything: it is the hot path of a 100,000-row perf.html.
     """
-    models = table.column("model")
     statuses = [s.upper() for s in table.column("status")]
     performances = table.column("performance")
     metrics = table.column("metric")

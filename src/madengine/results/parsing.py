@@ -9,24 +9,49 @@ The number may be signed, decimal or scientific, and may carry a ``/unit`` suffi
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import re
 from pathlib import Path
 
 from madengine.core.errors import InputError
+from madengine.results.perfcsv import read_rows
 
+_NUMBER = r"[+\-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+\-]?[0-9]+)?"
 PERFORMANCE_LINE = re.compile(
-    r"performance:\s+([+\-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+\-]?[0-9]+)?)"
+    rf"performance:\s+({_NUMBER})"
     r"(?:,?\s*/[a-zA-Z]+\s*,?|,)?\s+([^\s,]+)"
 )
+_WHOLE_NUMBER = re.compile(rf"{_NUMBER}\Z")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class Figure(float):
+    """A performance figure: a number (for statistics, charts and comparisons) that keeps the text
+    the model wrote, so that perf.csv records ``performance: 7 x`` as ``7``, not ``7.0``.
+
+    ``repr()``/``str()`` give that text; everything else is the float's.
+    """
+
+    __slots__ = ("text",)
+
+    def __new__(cls, text: str) -> "Figure":
+        value = super().__new__(cls, text)
+        value.text = text
+        return value
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __reduce__(self):  # pickling (parallel runs) and deepcopy keep the text
+        return (Figure, (self.text,))
 
 
 @dataclasses.dataclass(frozen=True)
 class Performance:
-    value: float
+    value: Figure
     metric: str
 
 
@@ -37,8 +62,8 @@ def parse_performance(output: str) -> Performance | None:
         found = match
     if found is None:
         return None
-    value = float(found.group(1))
-    if math.isnan(value) or math.isinf(value):
+    value = Figure(found.group(1))
+    if not math.isfinite(value):  # 1e999
         return None
     return Performance(value, found.group(2).rstrip(","))
 
@@ -50,32 +75,25 @@ def parse_multiple_results(path: Path) -> list[dict[str, str]]:
     """Rows of a ``multiple_results`` CSV (columns model, performance, metric, plus extras).
 
     Header whitespace is stripped. Raises :class:`InputError` naming the file when the file is
-    missing, malformed, or lacks a required column.
+    missing, malformed (quoting included: a quote left open is an error, never a row made of the
+    rest of the file), has a line longer than its header, or lacks a required column.
     """
     path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            reader = csv.reader(handle)
-            header = [h.strip() for h in next(reader, [])]
-            missing = [c for c in REQUIRED_MULTI_COLUMNS if c not in header]
-            if missing:
-                raise InputError(f"missing column(s) {', '.join(missing)}", path=str(path),
-                                 hint="a multiple_results CSV needs columns model, performance, metric")
-            rows = []
-            for cells in reader:
-                if not any(c.strip() for c in cells):
-                    continue
-                rows.append({h: (cells[i].strip() if i < len(cells) else "") for i, h in enumerate(header)})
-            return rows
-    except FileNotFoundError:
-        raise InputError("the model declared multiple_results but did not write this file", path=str(path)) from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed CSV ({exc})", path=str(path)) from None
+    if not path.exists():
+        raise InputError("the model declared multiple_results but did not write this file", path=str(path))
+    rows = read_rows(path, require=REQUIRED_MULTI_COLUMNS,
+                     hint="a multiple_results CSV needs columns model, performance, metric")
+    return [row for row in rows if any(row.values())]
 
 
 def as_number(text: str) -> float | None:
+    """The finite number ``text`` holds, or None. A number written as a model writes one (``7``,
+    ``-1.5e3``) comes back as a :class:`Figure` that keeps that text."""
     try:
         value = float(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return None if math.isnan(value) or math.isinf(value) else value
+    if not math.isfinite(value):
+        return None
+    stripped = text.strip() if isinstance(text, str) else ""
+    return Figure(stripped) if _WHOLE_NUMBER.match(stripped) else value

@@ -69,7 +69,7 @@ def _append_whole(handle: TextIO, text: str) -> None:
 
 
 def _parse_header_line(line: str) -> list[str]:
-    return [name.strip() for name in next(csv.reader([line]), [])]
+    return [name.strip() for name in next(csv.reader([line], strict=True), [])]
 
 
 @contextlib.contextmanager
@@ -81,38 +81,50 @@ def csv_input_errors(path: Path) -> Iterator[None]:
         raise InputError("file not found", path=str(path)) from None
     except IsADirectoryError:
         raise InputError("is a folder, not a CSV file", path=str(path)) from None
+    except PermissionError:
+        raise InputError("permission denied", path=str(path), hint="check the file's permissions") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
     except csv.Error as exc:
-        raise InputError(f"malformed CSV ({exc})", path=str(path)) from None
+        raise InputError(f"malformed CSV ({exc})", path=str(path), hint="check the quoting of that line") from None
+
+
+def csv_rows(handle) -> Iterator[list[str]]:
+    """The rows of a CSV opened with ``newline=""``, read strictly: a quote left open or text after
+    a closing quote is an error (``csv.Error``), not a row made of the rest of the file."""
+    return csv.reader(handle, strict=True)
 
 
 def read_header(path: Path) -> list[str]:
     """The column names of an existing CSV (whitespace stripped); [] when missing or empty."""
     path = Path(path)
-    try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            first = handle.readline()
-    except FileNotFoundError:
+    if not path.exists():
         return []
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not a UTF-8 text CSV ({exc.reason})", path=str(path)) from None
-    return _parse_header_line(first) if first.strip() else []
+    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
+        first = handle.readline()
+        return _parse_header_line(first) if first.strip() else []
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """Every row of a CSV as dicts keyed by stripped column names."""
+def read_rows(path: Path, *, require: Sequence[str] = (), hint: str | None = None) -> list[dict[str, str]]:
+    """Every row of a CSV as dicts keyed by stripped column names (blank lines skipped).
+
+    ``require``: columns the header must have (else :class:`InputError` with ``hint``). A row with
+    more cells than the header is an error naming its line.
+    """
     path = Path(path)
     with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
-        reader = csv.reader(handle)
+        reader = csv_rows(handle)
         header = [name.strip() for name in next(reader, [])]
+        missing = [name for name in require if name not in header]
+        if missing:
+            raise InputError(f"missing column(s) {', '.join(missing)}", path=str(path), hint=hint)
         rows = []
-        for line_no, cells in enumerate(reader, start=2):
+        for cells in reader:
             if not cells:
                 continue
             if len(cells) > len(header):
-                raise InputError(f"line {line_no} has {len(cells)} cells but the header has {len(header)}",
-                                 path=str(path), hint="fix or remove that line")
+                raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {len(header)}",
+                                 path=str(path), hint="fix or remove that line (quote cells that hold commas)")
             rows.append({name: (cells[i].strip() if i < len(cells) else "") for i, name in enumerate(header)})
         return rows
 
@@ -155,7 +167,7 @@ def append_rows(path: Path, rows: Iterable[dict[str, str]]) -> Path:
     """Append plain rows (column → cell) to ``path``, creating it with the standard header."""
     path = Path(path)
     rows = list(rows)
-    with locked(path) as handle:
+    with csv_input_errors(path), locked(path) as handle:  # a folder or a non-UTF-8 file: one-line error
         handle.seek(0)
         first = handle.readline()
         header = _parse_header_line(first) if first.strip() else []

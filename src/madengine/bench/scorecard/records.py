@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from madengine.bench.columns import latency_columns, significant
+from madengine.bench.columns import latency_columns, set_column, significant
 from madengine.bench.harness.engine import cpu_model, metric_value
 from madengine.bench.harness.inputs import shapes_text
 from madengine.results import PerfRecord
@@ -38,18 +38,9 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
     if cell.status == PASS and stats:
         value, record.metric = metric_value(stats, request.metric)
         record.performance = significant(value)
-    _set_column(record, "backend", cell.backend)
+    set_column(record, "backend", cell.backend)
     record.extra.update(_columns(card, cell, request))
     return record
-
-
-def _set_column(record: PerfRecord, name: str, value: Any) -> None:
-    """A standard column when perf.csv defines one of that name, else an extra column (``backend``
-    joins the standard columns with the result identity)."""
-    if hasattr(record, name):
-        setattr(record, name, value)
-    else:
-        record.extra[name] = value
 
 
 def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> dict[str, Any]:

@@ -21,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                     "--registry the images are pushed, with --image-archive saved as 'docker save' archives, so "
                     "that other hosts can run them. Exit 1 when any build failed.")
     add_tags_argument(parser)
-    parser.add_argument("--manifest-file", "-m", default="build_manifest.json", metavar="JSON",
+    parser.add_argument("--manifest-file", "--manifest-output", "-m", default="build_manifest.json", metavar="JSON",
                         help="manifest to write (default: build_manifest.json)")
     parser.add_argument("--registry", default=None, metavar="HOST[:PORT][/NS]",
                         help="push the images to this registry (credentials: MADENGINE_REGISTRY_USER and "

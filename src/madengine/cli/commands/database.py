@@ -59,7 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                 description="Import a perf.csv: rows already stored are skipped (content key), "
                                             "new SUCCESS rows get relative_change against the mean of the last 5 "
                                             "SUCCESS rows of the same model, GPU architecture and base image.")
-    update.add_argument("--csv-file-path", required=True, metavar="FILE", help="the perf.csv to import")
+    update.add_argument("--perf-csv", "--csv-file-path", dest="csv_file_path", required=True, metavar="FILE",
+                        help="the perf.csv to import")
     update.add_argument("--model-json-path", default=None, metavar="FILE",
                         help="models.json whose tags/args/n_gpus/training_precision fill empty cells")
     _table_option(update)
@@ -141,8 +142,8 @@ def handle_list_runs(args: argparse.Namespace, env: Environment) -> ExitStatus:
         return ExitStatus.OK
     from madengine.cli.render import table
 
-    rows = [(r.run_id, r.created_date, r.machine_name, r.models, r.rows, r.success, r.failure, r.skipped)
+    rows = [(r.run_id, r.started_at or "-", r.machine_name, r.models, r.rows, r.success, r.failure, r.skipped)
             for r in runs]
-    env.data(table(("run_id", "imported", "machine", "models", "rows", "success", "failure", "skipped"), rows))
+    env.data(table(("run_id", "started", "machine", "models", "rows", "success", "failure", "skipped"), rows))
     env.message(f"madengine: {len(runs)} run(s)")
     return ExitStatus.OK

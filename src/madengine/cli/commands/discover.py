@@ -24,10 +24,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from madengine.catalog import load_catalog, select_models
+    from madengine.catalog import list_catalog, load_catalog, select_models
 
     catalog = load_catalog()
-    models = select_models(catalog, args.tags) if args.tags else catalog.models
+    if args.tags:
+        models = select_models(catalog, args.tags)  # an invalid selected model is an error (exit 2)
+    else:
+        models, invalid = list_catalog(catalog)
+        for error in invalid:  # listed without tags, a broken dynamic model only warns
+            env.message(f"madengine: warning: not listed: {error}")
     if args.json:
         from madengine.core import jsonio
 

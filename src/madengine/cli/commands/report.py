@@ -6,10 +6,15 @@ import argparse
 import functools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from madengine.cli.commands import report_collect, report_serve, report_trace_diff
 from madengine.cli.env import Environment
+from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import CredentialError, ExitStatus, InputError
+
+if TYPE_CHECKING:
+    from madengine.reports.mail import SmtpSettings
 
 SMTP_ENV = ("MADENGINE_SMTP_HOST", "MADENGINE_SMTP_PORT", "MADENGINE_SMTP_TO", "MADENGINE_SMTP_FROM",
             "MADENGINE_SMTP_USER", "MADENGINE_SMTP_PASSWORD")
@@ -53,7 +58,7 @@ def _add_update_perf(commands: argparse._SubParsersAction) -> None:
                         help="the result of a run that failed: recorded as FAILURE")
     result.add_argument("--multiple-results", "--multiple_results", dest="multiple_results", metavar="CSV",
                         help="a multiple_results CSV (model, performance, metric, extra columns): one row per line")
-    parser.add_argument("--perf-csv", "--perf_csv", dest="perf_csv", default="perf.csv", metavar="CSV",
+    parser.add_argument("--perf-csv", "--perf_csv", "--csv-file-path", dest="perf_csv", default="perf.csv", metavar="CSV",
                         help="perf.csv to append to (default: perf.csv)")
     parser.add_argument("--model-name", "--model_name", dest="model_name", default=None,
                         help="model name: prefix of multiple_results rows ('<name>_<row model>'); "
@@ -87,8 +92,7 @@ def _add_to_html(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("to-html", help="write perf.html (self-contained page) from perf.csv",
                                  description="Write one self-contained HTML page (summary, charts, sortable and "
                                              "filterable tables) from a perf.csv, beside it by default.")
-    parser.add_argument("--csv-file-path", "--csv_file_path", dest="csv_file_path", required=True, metavar="CSV",
-                        help="the perf.csv to report on")
+    add_perf_csv_argument(parser, "--csv-file-path", "--csv_file_path", help="the perf.csv to report on")
     parser.add_argument("-o", "--output", default=None, metavar="HTML",
                         help="page to write (default: the CSV's name with .html, beside it)")
     parser.set_defaults(handler=handle_to_html)
@@ -97,7 +101,7 @@ def _add_to_html(commands: argparse._SubParsersAction) -> None:
 def handle_to_html(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.reports.html import csv_to_html
 
-    page = csv_to_html(Path(args.csv_file_path), Path(args.output) if args.output else None)
+    page = csv_to_html(Path(args.perf_csv), Path(args.output) if args.output else None)
     env.data(str(page))
     return ExitStatus.OK
 
@@ -110,8 +114,9 @@ def _add_to_email(commands: argparse._SubParsersAction) -> None:
                                              "(sorted by name). With an SMTP host it is also sent as a MIME message "
                                              "(text + HTML). SMTP settings fall back to the environment: "
                                              + ", ".join(SMTP_ENV) + " (the password only from the environment).")
-    parser.add_argument("--csv-file-path", "--csv_file_path", "--dir", dest="csv_file_path", default=".",
-                        metavar="DIR", help="folder of CSV files (default: current folder)")
+    add_perf_csv_argument(parser, "--csv-file-path", "--csv_file_path", "--dir", default=None,
+                          help="the perf.csv to report on, or a folder of CSV files (each one a section); default: "
+                               "./perf.csv, else every CSV of the current folder")
     parser.add_argument("-o", "--output", default=None, metavar="HTML",
                         help="file to write the body to (default: DIR/run_results.html)")
     parser.add_argument("--subject", default=None, help="email subject (default: the summary counts)")
@@ -126,8 +131,18 @@ def _add_to_email(commands: argparse._SubParsersAction) -> None:
                       help="log in as USER with the password in MADENGINE_SMTP_PASSWORD [MADENGINE_SMTP_USER]")
     smtp.add_argument("--smtp-ssl", action="store_true",
                       help="implicit TLS (SMTPS); without it STARTTLS is used whenever the server offers it")
-    smtp.add_argument("--smtp-timeout", type=float, default=30.0, metavar="SECONDS", help="connection timeout")
+    smtp.add_argument("--smtp-timeout", type=_smtp_timeout, default=30.0, metavar="SECONDS",
+                      help="connection timeout")
     parser.set_defaults(handler=handle_to_email)
+
+
+def _smtp_timeout(text: str) -> float:
+    from madengine.core.values import seconds
+
+    value = seconds(text, maximum=3600)
+    if not value:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds (more than 0, at most 3600)")
+    return value
 
 
 def _recipients(values: list[str]) -> list[str]:
@@ -142,11 +157,14 @@ def smtp_settings(args: argparse.Namespace, environ) -> "SmtpSettings | None":
     host = args.smtp_host or environ.get("MADENGINE_SMTP_HOST", "")
     if not host:
         return None
-    port_text = str(args.smtp_port) if args.smtp_port is not None else environ.get("MADENGINE_SMTP_PORT", "")
-    try:
-        port = int(port_text) if port_text else (465 if args.smtp_ssl else 25)
-    except ValueError:
-        raise InputError(f"'{port_text}' is not a port number", path="MADENGINE_SMTP_PORT") from None
+    from madengine.core.values import port_number
+
+    from_flag = args.smtp_port is not None
+    port_text = str(args.smtp_port) if from_flag else environ.get("MADENGINE_SMTP_PORT", "")
+    port = port_number(port_text) if port_text else (465 if args.smtp_ssl else 25)
+    if port is None:
+        raise InputError(f"'{port_text}' is not a port number (1-65535)",
+                         path="--smtp-port" if from_flag else "MADENGINE_SMTP_PORT")
     user = args.smtp_user or environ.get("MADENGINE_SMTP_USER") or None
     password = environ.get("MADENGINE_SMTP_PASSWORD") or None
     if password:
@@ -166,7 +184,7 @@ def handle_to_email(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if settings and (not settings.sender or not settings.recipients):
         raise InputError("sending needs --from and --to", path="--from/--to",
                          hint="or set MADENGINE_SMTP_FROM and MADENGINE_SMTP_TO")
-    target, body = write_email(Path(args.csv_file_path), Path(args.output) if args.output else None, args.subject)
+    target, body = write_email(Path(args.perf_csv or ("perf.csv" if Path("perf.csv").is_file() else ".")), Path(args.output) if args.output else None, args.subject)
     env.data(str(target))
     env.message(f"madengine: email body of {len(body.files)} file(s) written to {target}")
     if settings:
@@ -180,12 +198,11 @@ def handle_to_email(args: argparse.Namespace, env: Environment) -> ExitStatus:
 DEFAULT_THRESHOLD_PERCENT = 3.0  # madengine.stats.compare.DEFAULT_MIN_EFFECT in percent (not imported: --help stays light)
 
 def _threshold(text: str) -> float:
-    try:
-        value = float(text.strip().rstrip("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a percentage") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
+    from madengine.core.values import seconds  # a finite non-negative number, like a duration
+
+    value = seconds(text.strip().rstrip("%"), maximum=float("inf"))
+    if value is None:
+        raise argparse.ArgumentTypeError(f"'{text}': must be 0 or more (a finite percentage)")
     return value
 
 
@@ -197,6 +214,8 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
                     "Verdicts: faster, slower, unchanged, inconclusive (fewer than 3 samples on a side, or too noisy "
                     "to tell), new, missing. Metrics where lower is better (times, latencies) count in reverse. "
                     "See docs/statistics.md.")
+    parser.add_argument("--perf-csv", dest="perf_csvs", action="append", default=[], metavar="CSV",
+                        help="OLD, then NEW (instead of the positional OLD NEW)")
     parser.add_argument("files", nargs="*", metavar="OLD NEW",
                         help="two perf.csv files, or two folders of repeated runs (their perf.csv and samples.json)")
     parser.add_argument("--old-run", default=None, metavar="ID", help="run id of the old results in the database")
@@ -220,18 +239,19 @@ def handle_compare(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.stats.compare import ALPHA
 
     threshold = args.threshold / 100
+    files = [*args.perf_csvs, *args.files]
     by_runs = args.old_run is not None or args.new_run is not None
-    if by_runs and (args.files or not (args.old_run and args.new_run)):
+    if by_runs and (files or not (args.old_run and args.new_run)):
         raise InputError("give either two perf.csv files or folders, or both --old-run and --new-run", path="compare")
     if by_runs:
         old, new = args.old_run, args.new_run
         result = compare_runs(args.db_url, old, new, threshold, environ=env.environ,
                               across_environments=args.across_environments)
-    elif len(args.files) == 2:
-        old, new = args.files
+    elif len(files) == 2:
+        old, new = files
         result = compare_paths(Path(old), Path(new), threshold, across_environments=args.across_environments)
     else:
-        raise InputError(f"expected two perf.csv files or folders (OLD NEW), got {len(args.files)}", path="compare",
+        raise InputError(f"expected two perf.csv files or folders (OLD NEW), got {len(files)}", path="compare",
                          hint="or use --old-run ID --new-run ID")
     tally = result.counts()
     for warning in result.warnings:
@@ -272,8 +292,9 @@ def _add_regressions(commands: argparse._SubParsersAction) -> None:
         description="Per result identity, in time order, E-divisive means change-point detection (as Apache "
                     "Otava/hunter) over the runs of the results database (default) or of a perf.csv. Each change: "
                     "its size, confidence, and the runs either side. See docs/statistics.md.")
-    parser.add_argument("perf_csv", nargs="?", default=None, metavar="CSV",
+    parser.add_argument("csv", nargs="?", default=None, metavar="CSV",
                         help="a perf.csv holding many runs (default: the results database)")
+    add_perf_csv_argument(parser, default=None, help="the same as the positional CSV")
     parser.add_argument("--db-url", default=None, metavar="URL",
                         help="results database (default: MADENGINE_DB_URL, TUNA_DB_*, else the embedded SQLite file)")
     parser.add_argument("--table", default=None, metavar="NAME", help="results table (default dlm_table)")
@@ -288,6 +309,7 @@ def _add_regressions(commands: argparse._SubParsersAction) -> None:
 def handle_regressions(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.reports.regressions import regressions_in_csv, regressions_in_database
 
+    args.perf_csv = args.perf_csv or args.csv
     if args.perf_csv and (args.db_url or args.table):
         raise InputError("give a perf.csv or --db-url/--table, not both", path="regressions")
     if args.perf_csv:

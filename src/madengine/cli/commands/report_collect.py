@@ -24,7 +24,7 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--job", required=True, metavar="ID", help="the Slurm job id the run printed")
     parser.add_argument("--results-dir", default="slurm_results", metavar="DIR",
                         help="the shared folder the run wrote its job folder in (default: slurm_results)")
-    parser.add_argument("-o", "--output", default=None, metavar="CSV",
+    parser.add_argument("--perf-csv", "-o", "--output", dest="perf_csv", default=None, metavar="CSV",
                         help="perf.csv to merge into (default: the one the run named)")
     parser.add_argument("--live-output", "-l", action="store_true", help="stream the tasks' logs while waiting")
     parser.add_argument("--poll-interval", type=float, default=None, metavar="SECONDS",
@@ -39,7 +39,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.cli.env import CliReporter
     from madengine.distributed.slurm import collect_by_job_id
 
-    summary = collect_by_job_id(args.job, env.host(), results_dir=args.results_dir, output=args.output,
+    summary = collect_by_job_id(args.job, env.host(), results_dir=args.results_dir, output=args.perf_csv,
                                 reporter=CliReporter(env), live_output=args.live_output, force=args.force,
                                 poll_interval=args.poll_interval)
     print_summary(env, summary.records)

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
 from madengine.cli.env import CliReporter, Environment
+from madengine.cli.flags import add_perf_csv_argument
+from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
+from madengine.core.values import MAX_TIMEOUT
 
 
 def _timeout(text: str) -> int:
@@ -16,8 +19,8 @@ def _timeout(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of seconds") from None
-    if value < -1:
-        raise argparse.ArgumentTypeError("must be -1 (model/default), 0 (never) or a positive number of seconds")
+    if value < -1 or value > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be -1 (model/default), 0 (never) or 1 to {MAX_TIMEOUT} seconds")
     return value
 
 
@@ -64,19 +67,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--live-output", "-l", action="store_true", help="stream model and build output to stderr")
     add_image_arguments(parser)
     add_context_arguments(parser)
-    parser.add_argument("--generate-sys-env-details", nargs="?", const=True, default=False, type=_bool,
+    parser.add_argument("--generate-sys-env-details", "--sys-env-details", nargs="?", const=True, default=False,
+                        type=_bool,
                         metavar="BOOL", help="collect host and container environment details into the run's artifacts")
     parser.add_argument("--keep-alive", action="store_true", help="keep containers (and work folders) after the run")
     parser.add_argument("--keep-model-dir", action="store_true", help="keep each model's work folder after the run")
     parser.add_argument("--skip-model-run", action="store_true", help="build images only; rows are SKIPPED")
     parser.add_argument("--disable-skip-gpu-arch", action="store_true", help="run models despite their skip_gpu_arch")
-    parser.add_argument("-o", "--output", default="perf.csv", metavar="CSV", help="perf.csv to append results to")
+    add_perf_csv_argument(parser, "-o", "--output")
     parser.add_argument("--executor", choices=("auto", "docker", "local", "slurm"), default="auto",
                         help="where models run: docker (default when an engine answers), local, or slurm")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="folder for per-run logs and artifacts (default: madengine_runs)")
     parser.add_argument("--data-config-file-name", default="data.json", metavar="FILE", help="data provider config")
-    parser.add_argument("--tools-json-file-name", default=None, metavar="FILE",
+    parser.add_argument("--tools-json-file-name", "--tools-config", default=None, metavar="FILE",
                         help="tools config (default: tools.json of the model repository)")
     parser.add_argument("--force-mirror-local", default=None, metavar="DIR",
                         help="mirror every non-local data provider's data into DIR and reuse it")
@@ -171,7 +175,7 @@ def run_options(args: argparse.Namespace):
         context_file=args.additional_context_file, context_string=args.additional_context,
         generate_sys_env_details=args.generate_sys_env_details, keep_alive=args.keep_alive,
         keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
-        disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.output), executor=args.executor,
+        disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.perf_csv), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
         force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
         warmup_runs=args.warmup_runs, trace=not args.no_trace,
@@ -236,16 +240,6 @@ def exit_status(summary) -> int:
     if summary.interrupted:
         return 128 + summary.signal if summary.signal else ExitStatus.INTERRUPTED
     return ExitStatus.FAILED if summary.failed or summary.unrecorded else ExitStatus.OK
-
-
-def write_html(env: Environment, perf_csv: Path) -> None:
-    try:
-        from madengine.reports.html import csv_to_html
-
-        page = csv_to_html(perf_csv)
-        env.message(f"madengine: report written to {page}")
-    except Exception as exc:  # a report problem never hides or changes the run's own result
-        env.message(f"madengine: warning: perf.html not written: {type(exc).__name__}: {exc}")
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:

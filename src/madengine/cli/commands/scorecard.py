@@ -8,8 +8,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from madengine.cli.commands.bench import add_timing_arguments
+from madengine.cli.commands.bench import add_timing_arguments, tolerance
 from madengine.cli.env import CliReporter, Environment
+from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import ExitStatus
 
 DESCRIPTION = """\
@@ -38,16 +39,6 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a finite number of 0 or more")
-    return value
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("scorecard", help="ONNX models on several backends: outputs checked, "
                                                      "timings side by side",
@@ -61,16 +52,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "backends of this host's GPUs): onnxruntime-cpu-opt-disabled, onnxruntime-cpu-opt-all, "
                              "openvino-cpu, tvm-relax-llvm, onnxruntime-cuda, onnxruntime-tensorrt, openvino-gpu")
     add_timing_arguments(parser, threads_help="intra-op threads of every backend (default: each backend's own)")
-    parser.add_argument("--atol", type=_tolerance, metavar="X",
+    parser.add_argument("--atol", type=tolerance, metavar="X",
                         help="absolute tolerance for models that set none (default 1e-4)")
-    parser.add_argument("--rtol", type=_tolerance, metavar="X",
+    parser.add_argument("--rtol", type=tolerance, metavar="X",
                         help="relative tolerance for models that set none (default 1e-4)")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
                         help="perf.csv 'performance' of a PASS cell: samples/s (default) or p50 latency in ms")
     parser.add_argument("--image", metavar="IMAGE",
                         help="run each cell in a container of IMAGE (docker executor; never pulled); the image needs "
                              "python3, numpy and the backends' packages (docs/scorecard.md)")
-    parser.add_argument("-o", "--output", default="perf.csv", metavar="CSV", help="perf.csv to append results to")
+    add_perf_csv_argument(parser, "-o", "--output")
     parser.add_argument("--html", metavar="FILE", help="also write the scorecard as a self-contained HTML page")
     parser.add_argument("--db-url", metavar="URL", default=None,
                         help="also import the rows into this results database (default: MADENGINE_DB_URL when set)")
@@ -86,7 +77,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     request = ScorecardRequest(
         suite=args.suite, backends=args.backends, warmup=args.warmup, iterations=args.iterations,
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
-        rtol=args.rtol, image=args.image, output=Path(args.output), runs_dir=Path(args.runs_dir),
+        rtol=args.rtol, image=args.image, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
         command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]), environ=dict(env.environ))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
     if db_url:

@@ -11,10 +11,9 @@ graphs may hold hardware-specific layouts). Nothing else (shapes, threads, itera
 the optimized graph, so it is not in the key.
 
 Layout: ``<cache>/onnx/<key>.onnx`` + ``<key>.json`` (what the key was made of);
-``<cache>/tensorrt/<key>/`` for TensorRT engines. ``<cache>`` is ``$MADENGINE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/madengine``, else ``~/.cache/madengine``. A copy is written under a temporary
-name and renamed once the benchmark that produced it succeeded, so a half-written file is never
-reused; deleting the folder is always safe.
+``<cache>/tensorrt/<key>/`` for TensorRT engines (``<cache>``: :func:`madengine.bench.cache.root.cache_root`).
+A copy is written under a temporary name and renamed once the benchmark that produced it
+succeeded, so a half-written file is never reused; deleting the folder is always safe.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from madengine.bench.cache.root import cache_root
 from madengine.core.clock import utc_now
 
 FORMAT_VERSION = 1
@@ -51,14 +51,6 @@ class Prepared:
     provider_options: dict[str, str] = dataclasses.field(default_factory=dict)
     final_path: Path | None = None
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-def cache_root(environ: Mapping[str, str]) -> Path:
-    if environ.get("MADENGINE_CACHE_DIR"):
-        return Path(environ["MADENGINE_CACHE_DIR"]).expanduser()
-    if environ.get("XDG_CACHE_HOME"):
-        return Path(environ["XDG_CACHE_HOME"]).expanduser() / "madengine"
-    return Path.home() / ".cache" / "madengine"
 
 
 def cache_key(model_sha256: str, ort_version: str, provider: str, cpu_model: str, machine: str) -> tuple[str, dict]:
