@@ -19,7 +19,7 @@ from madengine.database.dashboard import Reader
 from madengine.database.live import LiveRecorder
 from madengine.database.urls import parse_url
 from madengine.results import PerfRecord, append_records, read_rows
-from test_database_mysql import TcpProxy, _connect, _rows, database, server  # noqa: F401 - real MariaDB fixtures
+from test_database_mysql import TcpProxy, _rows, database, load_release_table, server  # noqa: F401 - real MariaDB fixtures
 
 RELEASE = FIXTURES / "release_db_identity"
 PREVIOUS = FIXTURES / "release_db"
@@ -88,19 +88,8 @@ def test_sqlite_database_of_the_current_release_is_migrated_in_place(cli, tmp_pa
 @pytest.mark.mysql
 def test_mariadb_database_of_the_current_release_is_migrated_in_place(server, database, cli, tmp_path):  # noqa: F811
     name, url = database
-    connection = _connect(server)
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-    connection.close()
-    release = sqlite3.connect(_sqlite_from_dump(tmp_path / "release.db", RELEASE / "sqlite_dump.sql"))
-    names = [r[1] for r in release.execute("PRAGMA table_info(dlm_table)")]
-    connection = _connect(server, name)
-    with connection.cursor() as cursor:
-        cursor.execute((RELEASE / "mysql_create.sql").read_text())
-        cursor.executemany(f"INSERT INTO dlm_table ({', '.join(f'`{n}`' for n in names)}) "
-                           f"VALUES ({', '.join('%s' for _ in names)})",
-                           release.execute("SELECT * FROM dlm_table ORDER BY id").fetchall())
-    connection.close()
+    load_release_table(server, name, _sqlite_from_dump(tmp_path / "release.db", RELEASE / "sqlite_dump.sql"),
+                       RELEASE / "mysql_create.sql")
     before_rows = _rows(server, name)
     reader = Reader(parse_url(url))
     before = _view(reader)
