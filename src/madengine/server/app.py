@@ -259,8 +259,8 @@ class Versions:
             try:
                 version = await run_in_threadpool(self.dashboard.version)
                 now = {"exists": version.exists, "version": version.max_id}
-            except MadEngineError as exc:
-                now = {"error": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - the database went away (or worse): say so, keep watching
+                now = {"error": str(exc) if isinstance(exc, MadEngineError) else f"{type(exc).__name__}: {exc}"}
             if now != self.current:
                 self.current = now
                 self.changed.set()

@@ -319,7 +319,7 @@ class Dashboard:
         runs = [r for r in reversed(self._runs(version)) if self._run_matches(r, filters)]
         page, paging = _page(runs, filters)
         machines = sorted({r.machine_name for r in self._runs(version) if r.machine_name})
-        return {"database": self.database(version), "empty": not machines and not page and not self._runs(version),
+        return {"database": self.database(version), "empty": not self._items(version),
                 **paging, "items": [r.to_json() for r in page], "facets": {"machine": machines}}
 
     @staticmethod
