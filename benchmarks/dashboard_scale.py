@@ -18,6 +18,7 @@ Exit 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -27,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -130,11 +133,16 @@ class Server:
             raise SystemExit(f"the server did not start: {line}{self.process.stderr.read()}")
         self.base = found.group(1).rstrip("/")
         self.rss_peak = 0
+        self.errors: collections.deque[str] = collections.deque(maxlen=40)  # the server's stderr, drained
+        threading.Thread(target=lambda: self.errors.extend(self.process.stderr), daemon=True).start()
 
     def get(self, path: str) -> tuple[float, bytes]:
         started = time.perf_counter()
-        with urllib.request.urlopen(self.base + path, timeout=60) as response:
-            body = response.read()
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=60) as response:
+                body = response.read()
+        except urllib.error.HTTPError as error:
+            raise SystemExit(f"{path}: HTTP {error.code}\n{''.join(self.errors)}") from None
         elapsed = time.perf_counter() - started
         self.sample_rss()
         return elapsed, body

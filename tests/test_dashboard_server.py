@@ -23,6 +23,7 @@ from dashboard_helpers import RUNS, STEP_AT, XSS, LiveServer, run_id, write_hist
 from madengine.core.errors import InputError
 from madengine.database import update_table
 from madengine.database.urls import parse_url
+from madengine.results import PerfRecord, append_records
 from madengine.server.config import ServerConfig
 from madengine.server.filters import Filters, parse
 from test_database_mysql import _connect, database, server  # noqa: F401 - fixtures of the real MariaDB
@@ -97,6 +98,16 @@ def test_series_one_point_per_run_and_the_changes_report_regressions_finds(live,
     assert [(c["model"], c["kind"]) for c in changes["items"]] == [("gpt2", "regression")]
     trend = live.json("/api/trend?model=gpt2")
     assert trend["matching"] == 1 and len(trend["series"][0]["points"]) == RUNS
+
+
+def test_figures_written_as_whole_numbers(live, results_url, tmp_path):
+    """perf.csv figures like `42` come back as numbers that keep their text (results.parsing.Figure)."""
+    rows = [PerfRecord(model="whole", status="SUCCESS", performance=f"{40 + k}", metric="fps", run_id=f"w{k}",
+                       started_at=f"2026-03-0{k}T10:00:00Z") for k in range(1, 8)]
+    update_table(append_records(tmp_path / "whole.csv", rows), results_url)
+    series = live.json("/api/trend?model=whole")["series"][0]
+    assert [p["value"] for p in series["points"]] == [40 + k for k in range(1, 8)]
+    assert live.get("/trend?model=whole")[0] == 200
 
 
 def test_runs_run_detail_and_compare_match_the_cli(live, results_url, cli):

@@ -67,7 +67,15 @@ class Json(JSONResponse):
     def render(self, content: Any) -> bytes:
         import orjson
 
-        return orjson.dumps(content)
+        return orjson.dumps(content, default=_plain)
+
+
+def _plain(value: Any) -> Any:
+    """What orjson leaves to us: subclasses of float (``results.parsing.Figure`` keeps a figure's text), int, str."""
+    for kind in (float, int, str):
+        if isinstance(value, kind):
+            return kind(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 # --- access ------------------------------------------------------------------------------------
