@@ -103,7 +103,7 @@ def test_no_color_and_no_color_variable_are_honoured():
     assert colour_enabled({}, no_color=False)
     assert not colour_enabled({"NO_COLOR": "1"}, no_color=False)
     assert not colour_enabled({}, no_color=True)
-    assert build_parser().parse_args(["run", "--tags", "x", "--no-color"]).no_color
+    assert build_parser(full=True).parse_args(["run", "--tags", "x", "--no-color"]).no_color
 
 
 # -- flags ----------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def test_no_color_and_no_color_variable_are_honoured():
     ["report", "regressions", "--perf-csv", "a.csv"], ["report", "collect", "--job", "1", "--perf-csv", "a.csv"],
 ])
 def test_one_spelling_for_the_perf_csv_path_and_the_old_ones_as_aliases(argv):
-    assert build_parser().parse_args(argv).perf_csv == "a.csv"
+    assert build_parser(full=True).parse_args(argv).perf_csv == "a.csv"
 
 
 def test_readers_default_to_perf_csv_and_compare_takes_the_spelling_too(repo, cli):
@@ -135,7 +135,7 @@ def test_readers_default_to_perf_csv_and_compare_takes_the_spelling_too(repo, cl
     (["run", "--tags", "x", "--verbose"], "verbose", True),
 ])
 def test_the_original_madengines_spellings(argv, dest, value):
-    assert getattr(build_parser().parse_args(argv), dest) == value
+    assert getattr(build_parser(full=True).parse_args(argv), dest) == value
 
 
 @pytest.mark.parametrize("shell,marker", [("bash", "complete"), ("zsh", "#compdef madengine")])

@@ -13,7 +13,6 @@ import importlib
 import signal
 import sys
 import threading
-import traceback
 from typing import Iterator, Sequence
 
 from madengine import __version__
@@ -73,18 +72,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(int(ExitStatus.BAD_INPUT), f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
+    """The parser of the command line ``argv``: only the command it names is imported and built
+    (the others are listed with their one-line help), so ``madengine --help`` and ``discover``
+    start fast. ``full`` builds every command (shell completion needs them all)."""
+    from madengine.cli.commands import SUMMARIES
+
     parser = _Parser(prog="madengine", description="Run AI models reliably in containers and measure them.",
                      epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--version", action="version", version=f"madengine {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     subparsers = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
                                        parser_class=_Parser)
+    wanted = _command_of(argv or [])
     for name in COMMANDS:
-        importlib.import_module(f"madengine.cli.commands.{name}").add_parser(subparsers)
+        if full or name == wanted:
+            importlib.import_module(f"madengine.cli.commands.{name}").add_parser(subparsers)
+        else:
+            subparsers.add_parser(name, help=SUMMARIES[name])
     for command in _commands(parser):
         add_output_flags(command)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the top-level options
+    take no values)."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def _commands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -107,8 +121,8 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
     env = env or Environment()
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     try:
         # argparse writes help and usage errors to sys.stdout/sys.stderr: route them to the injected streams
         with contextlib.redirect_stdout(env.stdout), contextlib.redirect_stderr(env.stderr):
@@ -129,7 +143,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
             return int(handler(args, env))
     except MadEngineError as exc:
         if debug:
-            traceback.print_exc(file=env.stderr)
+            _print_traceback(env)
         print(f"madengine: error: {one_line(redact(str(exc)))}", file=env.stderr, flush=True)
         return int(exc.exit_status)
     except KeyboardInterrupt as exc:
@@ -139,7 +153,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         return int(ExitStatus.OK)
     except Exception as exc:  # a bug: one line, the traceback only on request
         if debug:
-            traceback.print_exc(file=env.stderr)
+            _print_traceback(env)
         print(f"madengine: internal error: {type(exc).__name__}: {one_line(redact(str(exc)))} "
               "(rerun with --debug for the traceback)",
               file=env.stderr, flush=True)
@@ -148,3 +162,9 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _print_traceback(env: Environment) -> None:
+    import traceback  # only when asked for: --help must start fast
+
+    traceback.print_exc(file=env.stderr)

@@ -7,35 +7,48 @@ redaction (registered secrets and URL passwords), so no command prints a credent
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import os
 import sys
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
 
-from madengine.core import clock
-from madengine.core.host import Host
+from madengine.core import clock as clocks
 from madengine.core.redact import redact
 
+if TYPE_CHECKING:
+    import datetime
 
-@dataclasses.dataclass
+    from madengine.core.host import Host
+
+
 class Environment:
-    stdout: TextIO = dataclasses.field(default_factory=lambda: sys.stdout)
-    stderr: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
-    stdin: TextIO = dataclasses.field(default_factory=lambda: sys.stdin)
-    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: os.environ)
-    #: the command's arguments (after the program name); ``main`` sets them
-    argv: Sequence[str] = ()
-    clock: Callable[[], datetime.datetime] = clock.now
-    #: --quiet: errors, warnings and the final summary only
-    quiet: bool = False
-    #: --verbose: every step's command and timings too
-    verbose: bool = False
-    #: --no-color (NO_COLOR in ``environ`` also turns colour off)
-    no_color: bool = False
+    """Streams, variables, arguments and clock of a command (a plain class: ``--help`` must start
+    fast, and a dataclass costs its import)."""
 
-    def host(self) -> Host:
+    def __init__(self, stdout: TextIO | None = None, stderr: TextIO | None = None, stdin: TextIO | None = None,
+                 environ: Mapping[str, str] | None = None, argv: Sequence[str] = (),
+                 clock: "Callable[[], datetime.datetime] | None" = None, quiet: bool = False,
+                 verbose: bool = False, no_color: bool = False) -> None:
+        self.stdout = stdout if stdout is not None else sys.stdout
+        self.stderr = stderr if stderr is not None else sys.stderr
+        self.stdin = stdin if stdin is not None else sys.stdin
+        self.environ = environ if environ is not None else os.environ
+        #: the command's arguments (after the program name); ``main`` sets them
+        self.argv = argv
+        self.clock = clock or clocks.now
+        #: --quiet: errors, warnings and the final summary only
+        self.quiet = quiet
+        #: --verbose: every step's command and timings too
+        self.verbose = verbose
+        #: --no-color (NO_COLOR in ``environ`` also turns colour off)
+        self.no_color = no_color
+
+    def __repr__(self) -> str:
+        return f"Environment(argv={list(self.argv)!r}, quiet={self.quiet}, verbose={self.verbose})"
+
+    def host(self) -> "Host":
         """What the core may read of this environment (variables, arguments, stdin, clock)."""
+        from madengine.core.host import Host
+
         return Host(environ=self.environ, argv=tuple(self.argv), stdin=self.stdin, clock=self.clock)
 
     def message(self, text: str) -> None:

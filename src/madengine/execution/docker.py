@@ -28,7 +28,7 @@ from madengine.core.spec import CONTAINER_WORKSPACE, RunSpec, Step
 from madengine.execution.build import last_line
 from madengine.execution.dockeropts import parse_run_options
 from madengine.execution.executor import ImageInfo, ImageSource, Target
-from madengine.execution.streams import LineSink, StepResult
+from madengine.execution.streams import LineSink, StepResult, deadline
 
 RUN_LABEL = "madengine.run"
 #: how long a run that lost the engine waits for it to answer again, to remove its containers
@@ -162,18 +162,8 @@ class DockerExecutor:
         container = self._containers[spec.key]
         api = self.client.api
         started = time.monotonic()
-        timed_out = threading.Event()
-
-        def on_timeout() -> None:
-            timed_out.set()
-            self._kill(spec)
-
-        timer = threading.Timer(timeout, on_timeout) if timeout else None
-        if timer:
-            timer.daemon = True
-            timer.start()
         try:
-            with engine_calls():
+            with deadline(timeout, lambda: self._kill(spec)) as timed_out, engine_calls():
                 # the log follows from the container's start to its exit (attaching could miss output
                 # written before it, and waits forever on a container that already ended)
                 for chunk in api.logs(container.id, stream=True, follow=True):
@@ -184,9 +174,6 @@ class DockerExecutor:
             self._kill(spec)
             sink.close()
             return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
-        finally:
-            if timer:
-                timer.cancel()
         sink.close()
         duration = _engine_duration(state) or time.monotonic() - started
         if timed_out.is_set():
@@ -213,31 +200,19 @@ class DockerExecutor:
                 stream = api.exec_start(exec_id, stream=True)
         except APIError as exc:
             return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(str(exc)))}")
-        timed_out = threading.Event()
-
-        def on_timeout() -> None:
-            timed_out.set()
-            self._kill(spec)
-
-        timer = threading.Timer(timeout, on_timeout) if timeout else None
-        if timer:
-            timer.daemon = True
-            timer.start()
-        try:
-            for chunk in stream:
-                sink.feed(chunk)
-        except KeyboardInterrupt as exc:
-            self._kill(spec)
-            sink.close()
-            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
-        except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
-            if not timed_out.is_set():
-                if is_engine_gone(exc):
-                    raise EngineUnavailable(describe(exc)) from None
-                raise
-        finally:
-            if timer:
-                timer.cancel()
+        with deadline(timeout, lambda: self._kill(spec)) as timed_out:
+            try:
+                for chunk in stream:
+                    sink.feed(chunk)
+            except KeyboardInterrupt as exc:
+                self._kill(spec)
+                sink.close()
+                return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+            except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
+                if not timed_out.is_set():
+                    if is_engine_gone(exc):
+                        raise EngineUnavailable(describe(exc)) from None
+                    raise
         sink.close()
         duration = time.monotonic() - started
         if timed_out.is_set():

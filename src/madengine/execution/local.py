@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.plan import local_key
-from madengine.execution.streams import LineSink, StepResult
+from madengine.execution.streams import LineSink, StepResult, deadline
 
 _KILL_GRACE = 5.0
 
@@ -75,28 +75,17 @@ class LocalExecutor:
         # the step ends with its main process: whatever it left in its process group (which may
         # hold the output pipe open) is killed then
         threading.Thread(target=_end_group_after, args=(proc,), name=f"step-{proc.pid}", daemon=True).start()
-        timed_out = threading.Event()
-
-        def on_timeout() -> None:
-            timed_out.set()
-            kill_group(proc)
-
-        timer = threading.Timer(timeout, on_timeout) if timeout else None
-        if timer:
-            timer.daemon = True
-            timer.start()
         try:
-            assert proc.stdout is not None
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-                sink.feed(chunk)
-            proc.wait()
+            with deadline(timeout, lambda: kill_group(proc)) as timed_out:
+                assert proc.stdout is not None
+                for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                    sink.feed(chunk)
+                proc.wait()
         except KeyboardInterrupt as exc:
             kill_group(proc)
             sink.close()
             return StepResult(proc.returncode, time.monotonic() - started, sink.text(), interrupted=exc)
         finally:
-            if timer:
-                timer.cancel()
             with self._lock:
                 self._running.pop(proc.pid, None)
         sink.close()

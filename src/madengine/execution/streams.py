@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Iterator, TextIO
 
 from madengine.core.redact import redact
 
@@ -59,3 +61,24 @@ class LineSink:
 def open_log(path: Path) -> TextIO:
     path.parent.mkdir(parents=True, exist_ok=True)
     return open(path, "a", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None, expire: Callable[[], None]) -> Iterator[threading.Event]:
+    """Call ``expire`` (kill the step) if the block still runs after ``seconds`` (None: never);
+    the event yielded says whether it did."""
+    expired = threading.Event()
+
+    def fire() -> None:
+        expired.set()
+        expire()
+
+    timer = threading.Timer(seconds, fire) if seconds else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield expired
+    finally:
+        if timer:
+            timer.cancel()

@@ -14,11 +14,13 @@ inside methods), no other madengine import, so the same code runs inside a conta
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ..harness import engine
 from ..harness.errors import HarnessError
@@ -123,21 +125,36 @@ def measure_backend(backend: Backend, model: str | Path, feeds: Mapping[str, Any
     """Prepare (timed), first inference (timed; outputs kept), then the harness's warm-up and timed
     loop over ``session.bind(feeds)`` and its statistics."""
     backend.require_installed()
-    started = time.perf_counter_ns()
-    session = backend.prepare(model, shapes, threads)
-    prepare_ms = (time.perf_counter_ns() - started) / 1e6
-    try:
+    with kept_affinity():
         started = time.perf_counter_ns()
-        outputs = _guarded(session.run, feeds)
-        first_ms = (time.perf_counter_ns() - started) / 1e6
-        run_once = session.bind(feeds)
-        timing = _guarded(lambda: engine.measure(run_once, warmup=warmup, iterations=iterations, min_time=min_time,
-                                                 min_iterations=min_iterations))
-    finally:
-        session.close()
+        session = backend.prepare(model, shapes, threads)
+        prepare_ms = (time.perf_counter_ns() - started) / 1e6
+        try:
+            started = time.perf_counter_ns()
+            outputs = _guarded(session.run, feeds)
+            first_ms = (time.perf_counter_ns() - started) / 1e6
+            run_once = session.bind(feeds)
+            timing = _guarded(lambda: engine.measure(run_once, warmup=warmup, iterations=iterations,
+                                                     min_time=min_time, min_iterations=min_iterations))
+        finally:
+            session.close()
     stats = summarize(timing.latencies_ms, batch_size)
     return BackendRun(backend.id, prepare_ms, first_ms, outputs, timing.latencies_ms, stats,
                       stability_warnings(stats), dict(session.details), timing.wall_s)
+
+
+@contextlib.contextmanager
+def kept_affinity() -> Iterator[None]:
+    """The calling thread's CPUs as they were before a backend ran: TVM's runtime pins the thread
+    that calls it to one core, which would otherwise stay so for everything the process does next
+    (a ``--parallel`` run in the same process would see one CPU)."""
+    getter = getattr(os, "sched_getaffinity", None)
+    before = getter(0) if getter else None
+    try:
+        yield
+    finally:
+        if before is not None and os.sched_getaffinity(0) != before:
+            os.sched_setaffinity(0, before)
 
 
 def _guarded(call: Callable[..., Any], *args: Any) -> Any:

@@ -1,1 +1,17 @@
-"""One module per subcommand: ``add_parser(subparsers)`` and ``handle(args, env)``."""
+"""The subcommands: one module each, with ``add_parser(subparsers)`` and ``handle(args, env)``.
+
+``SUMMARIES`` is each command's one-line help: ``madengine --help`` lists them without importing
+any command module (only the command that runs is imported and builds its parser).
+"""
+
+SUMMARIES = {
+    "run": "build and run models, record their performance",
+    "build": "build images and write a build manifest for 'run --manifest-file'",
+    "discover": "list models of the catalog selected by tags",
+    "report": "reports on perf.csv: update-perf, to-html, to-email, compare, regressions, collect, trace-diff",
+    "database": "store results in SQLite (default), MySQL or MongoDB",
+    "bench": "benchmark ONNX models (or the PyTorch models of a script) and record them in perf.csv",
+    "scorecard": "ONNX models on several backends: outputs checked, timings side by side",
+    "cache": "list, inspect, delete and report cached builds",
+    "completion": "print the shell completion script (bash or zsh)",
+}

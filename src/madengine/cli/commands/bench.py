@@ -12,6 +12,7 @@ from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.env import CliReporter, Environment
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
+from madengine.cli.commands import SUMMARIES
 
 DESCRIPTION = """\
 Benchmark ONNX models on ONNX Runtime with generated inputs: warm-up runs, then timed runs
@@ -107,7 +108,7 @@ def add_timing_arguments(parser: argparse.ArgumentParser, *, threads_help: str) 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("bench", help="benchmark ONNX models on ONNX Runtime, record them in perf.csv",
+    parser = subparsers.add_parser("bench", help=SUMMARIES["bench"],
                                    description=DESCRIPTION, epilog=EXAMPLES,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", metavar="MODEL.onnx|SCRIPT.py[::HASH,...]",

@@ -11,11 +11,12 @@ from madengine.cli.commands.discover import add_tags_argument
 from madengine.cli.commands.run import add_context_arguments, add_image_arguments
 from madengine.cli.env import Environment
 from madengine.core.errors import CredentialError, ExitStatus, InputError
+from madengine.cli.commands import SUMMARIES
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "build", help="build images and write a build manifest for 'run --manifest-file'",
+        "build", help=SUMMARIES["build"],
         description="Build each selected model's images and write an immutable build manifest (image ids, "
                     "Dockerfiles, build args, context, model entries; failed builds with their reasons). With "
                     "--registry the images are pushed, with --image-archive saved as 'docker save' archives, so "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus, InputError
+from madengine.cli.commands import SUMMARIES
 
 DESCRIPTION = """\
 The cache holds the ONNX builds of the PyTorch models found in scripts (builds/<script>_<hash>/:
@@ -28,7 +29,7 @@ examples:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("cache", help="list, inspect, delete and report cached builds",
+    parser = subparsers.add_parser("cache", help=SUMMARIES["cache"],
                                    description=DESCRIPTION, epilog=EXAMPLES,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = parser.add_subparsers(dest="action", metavar="{list,stats,delete,report}", required=True)

@@ -11,10 +11,11 @@ import argparse
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus, InputError
+from madengine.cli.commands import SUMMARIES
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("completion", help="print the shell completion script (bash or zsh)",
+    parser = subparsers.add_parser("completion", help=SUMMARIES["completion"],
                                    description="Print a completion script for bash or zsh on stdout. Install it "
                                                "with: madengine completion bash > /etc/bash_completion.d/madengine "
                                                "(or 'source <(madengine completion bash)' in ~/.bashrc); for zsh: "
@@ -30,5 +31,5 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         raise InputError("shtab is not installed", hint="pip install shtab") from None
     from madengine.cli import build_parser
 
-    env.data(shtab.complete(build_parser(), shell=args.shell))
+    env.data(shtab.complete(build_parser(full=True), shell=args.shell))
     return ExitStatus.OK

@@ -7,6 +7,7 @@ import json
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus
+from madengine.cli.commands import SUMMARIES
 
 DEFAULT_TABLE = "dlm_table"  # mirrors madengine.database.DEFAULT_TABLE without importing it for --help
 
@@ -40,7 +41,7 @@ def _table_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("database", help="store results in SQLite (default), MySQL or MongoDB",
+    parser = subparsers.add_parser("database", help=SUMMARIES["database"],
                                    description=DESCRIPTION, epilog=ENVIRONMENT_HELP,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=lambda args, env: _usage(parser, env))

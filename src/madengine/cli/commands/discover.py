@@ -6,6 +6,7 @@ import argparse
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus
+from madengine.cli.commands import SUMMARIES
 
 
 def add_tags_argument(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -15,7 +16,7 @@ def add_tags_argument(parser: argparse.ArgumentParser, required: bool = False) -
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("discover", help="list models of the catalog selected by tags",
+    parser = subparsers.add_parser("discover", help=SUMMARIES["discover"],
                                    description="List the models the tags select (all models without --tags).")
     add_tags_argument(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON array of the model objects on stdout")

@@ -12,6 +12,7 @@ from madengine.cli.commands import report_collect, report_serve, report_trace_di
 from madengine.cli.env import Environment
 from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import CredentialError, ExitStatus, InputError
+from madengine.cli.commands import SUMMARIES
 
 if TYPE_CHECKING:
     from madengine.reports.mail import SmtpSettings
@@ -21,8 +22,7 @@ SMTP_ENV = ("MADENGINE_SMTP_HOST", "MADENGINE_SMTP_PORT", "MADENGINE_SMTP_TO", "
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("report", help="reports on perf.csv: update-perf, to-html, to-email, compare, "
-                                                  "regressions",
+    parser = subparsers.add_parser("report", help=SUMMARIES["report"],
                                    description="Append results to perf.csv and turn perf.csv files into reports.")
     parser.set_defaults(handler=functools.partial(_usage, parser))
     commands = parser.add_subparsers(dest="report_command",

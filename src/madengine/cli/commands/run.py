@@ -12,6 +12,7 @@ from madengine.cli.flags import add_perf_csv_argument
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
 from madengine.core.values import MAX_TIMEOUT
+from madengine.cli.commands import SUMMARIES
 
 
 def _timeout(text: str) -> int:
@@ -125,7 +126,7 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("run", help="build and run models, record their performance",
+    parser = subparsers.add_parser("run", help=SUMMARIES["run"],
                                    description="Build each selected model's image, run it, and append one row per "
                                                "result to perf.csv. Exit 1 when any model failed.")
     add_run_arguments(parser)

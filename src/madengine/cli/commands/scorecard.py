@@ -12,6 +12,7 @@ from madengine.cli.commands.bench import add_timing_arguments, tolerance
 from madengine.cli.env import CliReporter, Environment
 from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import ExitStatus
+from madengine.cli.commands import SUMMARIES
 
 DESCRIPTION = """\
 Run every ONNX model of a suite on several backends (ONNX Runtime CPU at graph optimisation
@@ -40,8 +41,7 @@ def _names(text: str) -> list[str]:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("scorecard", help="ONNX models on several backends: outputs checked, "
-                                                     "timings side by side",
+    parser = subparsers.add_parser("scorecard", help=SUMMARIES["scorecard"],
                                    description=DESCRIPTION, epilog=EXAMPLES,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("suite", metavar="SUITE.yaml",
