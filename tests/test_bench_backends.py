@@ -90,6 +90,17 @@ def test_onnxruntime_levels_and_session_details(tmp_path):
         assert session.bind(_feeds())()[0].shape == (4, 16)  # the bound call is session.run itself
 
 
+def test_backends_leave_the_callers_cpus_alone(tmp_path):
+    """TVM pins the thread that configures or first calls its thread pool; madengine undoes that,
+    or a --parallel run later in the same process would see one CPU."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    session = _require("tvm-relax-llvm").prepare(build_mlp(tmp_path / "mlp.onnx"), {"x": (4, 16)}, threads=1)
+    session.run(_feeds())
+    assert os.sched_getaffinity(0) == before
+
+
 def test_tvm_is_compiled_for_the_host_cpu(tmp_path):
     session = _require("tvm-relax-llvm").prepare(build_mlp(tmp_path / "mlp.onnx"), {"x": (4, 16)}, threads=1)
     assert session.details["target"].startswith("llvm") and session.details["tuning"] == "none"

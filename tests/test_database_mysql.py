@@ -73,6 +73,25 @@ def _rows(server, name, table="dlm_table"):
     return rows
 
 
+def load_release_table(server, name: str, sqlite_path, create_sql) -> None:
+    """A MariaDB database ``name`` holding the ``dlm_table`` of a release: its MySQL CREATE TABLE
+    (``create_sql``, a file) filled with the rows of the SQLite database at ``sqlite_path``."""
+    connection = _connect(server)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    connection.close()
+    release = sqlite3.connect(sqlite_path)
+    names = [r[1] for r in release.execute("PRAGMA table_info(dlm_table)")]
+    connection = _connect(server, name)
+    with connection.cursor() as cursor:
+        cursor.execute(create_sql.read_text())
+        cursor.executemany(f"INSERT INTO dlm_table ({', '.join(f'`{n}`' for n in names)}) "
+                           f"VALUES ({', '.join('%s' for _ in names)})",
+                           release.execute("SELECT * FROM dlm_table ORDER BY id").fetchall())
+    connection.close()
+    release.close()
+
+
 class TcpProxy:
     """A port that forwards to the MariaDB server while started: the database 'goes down' and
     'comes back' at the same URL, over real sockets."""

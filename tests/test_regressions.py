@@ -14,7 +14,7 @@ from conftest import FIXTURES, run_process
 from madengine.database import fetch_run, update_table
 from madengine.results import PerfRecord, append_records
 from test_database_helpers import relative
-from test_database_mysql import _connect, _rows, database, server  # noqa: F401 - fixtures of the real MariaDB
+from test_database_mysql import _connect, _rows, database, load_release_table, server  # noqa: F401 - fixtures of the real MariaDB
 
 RELEASE_DB = FIXTURES / "release_db"
 ENV = dict(executor="docker", gpu_vendor="AMD", gpu_architecture="gfx942", n_gpus="1")
@@ -168,19 +168,7 @@ def test_sqlite_database_of_the_previous_release_is_migrated_in_place(cli, tmp_p
 @pytest.mark.mysql
 def test_mariadb_database_of_the_previous_release_is_migrated_in_place(server, database, cli, tmp_path):  # noqa: F811
     name, url = database
-    connection = _connect(server)
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
-    connection.close()
-    connection = _connect(server, name)
-    release = sqlite3.connect(_release_sqlite(tmp_path / "release.db"))
-    names = [r[1] for r in release.execute("PRAGMA table_info(dlm_table)")]
-    with connection.cursor() as cursor:
-        cursor.execute((RELEASE_DB / "mysql_create.sql").read_text())
-        cursor.executemany(f"INSERT INTO dlm_table ({', '.join(f'`{n}`' for n in names)}) "
-                           f"VALUES ({', '.join('%s' for _ in names)})",
-                           release.execute("SELECT * FROM dlm_table ORDER BY id").fetchall())
-    connection.close()
+    load_release_table(server, name, _release_sqlite(tmp_path / "release.db"), RELEASE_DB / "mysql_create.sql")
     read = cli("report", "regressions", "--db-url", url, "--json")
     assert read.code == 0 and json.loads(read.stdout)["series"] == 2, read
     result = cli("database", "update-table", "--csv-file-path", str(_later_rows(tmp_path / "new.csv")),

@@ -76,9 +76,10 @@ def read_perf_rows(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def content_keys(rows: Sequence[dict[str, str]]) -> list[str]:
-    """One content key per row (see the module docstring)."""
-    seen: dict[str, int] = {}
+def content_keys(rows: Sequence[dict[str, str]], seen: dict[str, int] | None = None) -> list[str]:
+    """One content key per row (see the module docstring). ``seen`` carries the occurrence counts
+    over several calls, for rows of one perf.csv that arrive one at a time (``run --db-url``)."""
+    seen = {} if seen is None else seen
     keys = []
     for row in rows:
         cells = {k: v for k, v in row.items() if v != "" and k not in KEY_EXCLUDED}
@@ -89,9 +90,9 @@ def content_keys(rows: Sequence[dict[str, str]]) -> list[str]:
     return keys
 
 
-def to_import_rows(rows: Sequence[dict[str, str]]) -> list[ImportRow]:
+def to_import_rows(rows: Sequence[dict[str, str]], seen: dict[str, int] | None = None) -> list[ImportRow]:
     out = []
-    for key, row in zip(content_keys(rows), rows):
+    for key, row in zip(content_keys(rows, seen), rows):
         cells = {name: row.get(name, "") for name in ALL_COLUMNS}
         extra = {name: value for name, value in row.items() if name not in cells}
         out.append(ImportRow(key, cells, extra))

@@ -18,6 +18,7 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from madengine.core.errors import ConfigError, CredentialError, InputError, MadEngineError, ServiceError
+from madengine.database import summary
 from madengine.database.rows import IDENTITY_COLUMN, GroupKey, ImportRow, numeric_performances
 from madengine.database.urls import DbUrl, check_identifier
 from madengine.results.columns import ALL_COLUMNS, Status
@@ -125,7 +126,7 @@ def driver_errors(url: DbUrl) -> Iterator[None]:
 
 # --- connections -------------------------------------------------------------------------------
 
-def _connect_sqlite(url: DbUrl, create: bool) -> sqlite3.Connection:
+def _connect_sqlite(url: DbUrl, create: bool, readonly: bool = False) -> sqlite3.Connection:
     assert url.path is not None
     path = url.path
     if not path.exists() and not create:
@@ -135,12 +136,17 @@ def _connect_sqlite(url: DbUrl, create: bool) -> sqlite3.Connection:
         raise InputError("is a directory, not a SQLite database file", path=str(path))
     if not path.parent.is_dir():
         raise InputError("the folder of the database file does not exist", path=str(path))
-    connection = sqlite3.connect(str(path), timeout=url.timeout or SQLITE_BUSY_TIMEOUT_S)
+    if readonly:
+        # SQLite itself refuses every write on this connection; autocommit, so each query sees the latest rows
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                     timeout=url.timeout or SQLITE_BUSY_TIMEOUT_S, check_same_thread=False)
+    else:
+        connection = sqlite3.connect(str(path), timeout=url.timeout or SQLITE_BUSY_TIMEOUT_S)
     connection.execute("PRAGMA schema_version").fetchone()  # fails now, not later, on a non-database file
     return connection
 
 
-def _connect_mysql(url: DbUrl, create: bool) -> Any:
+def _connect_mysql(url: DbUrl, create: bool, readonly: bool = False) -> Any:
     try:
         import pymysql
     except ImportError:
@@ -149,6 +155,10 @@ def _connect_mysql(url: DbUrl, create: bool) -> Any:
     options = dict(host=url.host, port=url.port or 3306, user=url.user, password=url.password, charset="utf8mb4",
                    connect_timeout=url.timeout or MYSQL_CONNECT_TIMEOUT_S, read_timeout=MYSQL_IO_TIMEOUT_S,
                    write_timeout=MYSQL_IO_TIMEOUT_S, autocommit=False)
+    if readonly:
+        # the server refuses every write in this session; autocommit, so each query sees the latest rows
+        options.update(autocommit=True, init_command="SET SESSION TRANSACTION READ ONLY")
+        create = False
     try:
         return pymysql.connect(database=url.database, **options)
     except pymysql.err.OperationalError as exc:
@@ -169,12 +179,15 @@ class SqlStore:
     """The results table of one SQL database. Use as a context manager inside
     :func:`driver_errors`; nothing is committed unless the ``with`` block succeeds."""
 
-    def __init__(self, url: DbUrl, table: str = DEFAULT_TABLE, *, create: bool = False) -> None:
+    def __init__(self, url: DbUrl, table: str = DEFAULT_TABLE, *, create: bool = False, readonly: bool = False) -> None:
+        """``readonly``: the database refuses writes on this connection (SQLite ``mode=ro``, a MySQL
+        read-only session) and every query sees the rows committed so far (autocommit)."""
         self.url = url
         self.table = check_identifier(table, "table")
         self.dialect = SQLITE if url.scheme == "sqlite" else MYSQL
         connect = _connect_sqlite if url.scheme == "sqlite" else _connect_mysql
-        self.connection = connect(url, create)
+        self.connection = connect(url, create and not readonly, readonly)
+        self._summaries: bool | None = None  #: the summary tables exist, so inserts keep them current
 
     def __enter__(self) -> "SqlStore":
         return self
@@ -278,6 +291,8 @@ class SqlStore:
             self._create_mysql_identity_index()
         if existed:
             self._fill_identity_keys()
+        summary.ensure(self)
+        self._summaries = summary.names(self.table) is not None
         return TableState(created=not existed, added_columns=tuple(added))
 
     # --- rows ---
@@ -328,6 +343,10 @@ class SqlStore:
             cursor = self.connection.cursor()
             cursor.executemany(self._sql(statement), values)
             inserted += max(cursor.rowcount, 0)
+        if self._summaries is None:
+            self._summaries = summary.present(self)
+        if self._summaries and inserted:
+            summary.refresh(self, {row.group for row in rows}, {row.cells["run_id"] for row in rows})
         return inserted
 
     def _perf_row(self, names: Sequence[str], values: Sequence[Any]) -> dict[str, str]:

@@ -48,6 +48,7 @@ class RunOptions:
     warmup_runs: int = 0
     trace: bool = True  # --no-trace turns it off
     trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
+    db_url: str | None = None  # --db-url: also record each row into this results database (else MADENGINE_DB_URL)
 
     def timeout_for(self, model_timeout: int | None) -> int | None:
         """Seconds allowed for the model script; None means no limit."""

@@ -16,6 +16,7 @@ from madengine.core.errors import InputError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
+from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
@@ -40,6 +41,8 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     if options.executor == "slurm":
         return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))
+    db_url = recorder_url(options.db_url, host.environ)
+    recorder = LiveRecorder(db_url, host.environ) if db_url is not None else None
     run_id = new_run_id()
     run_dir = Path(options.runs_dir) / run_id
     if request.parallel.workers > 1:
@@ -50,7 +53,7 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     summary = RunSummary(run_id=run_id, executor=options.executor, perf_csv=Path(options.output), run_dir=run_dir)
     try:
         with tracer.span(names.SPAN_RUN, {names.ATTR_RUN_ID: run_id}) as run_span:
-            _run(request, host, reporter, selection, tracer, summary)
+            _run(request, host, reporter, selection, tracer, summary, recorder)
             run_span.set_attribute(names.ATTR_EXECUTOR, summary.executor)
     finally:
         summary.trace = finish_tracer(tracer, options, run_dir, host.environ, reporter.message)
@@ -58,7 +61,7 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
 
 
 def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selection, tracer: Any,
-         summary: RunSummary) -> None:
+         summary: RunSummary, recorder: LiveRecorder | None = None) -> None:
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
         context = build_context(context_file=options.context_file, context_string=options.context_string)
@@ -86,11 +89,11 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
         try:
             for record in _schedule(runner, selection, request.parallel.workers):
                 with tracer.span(names.SPAN_RECORDING):
-                    _record(summary, record, reporter)
+                    _record(summary, record, reporter, recorder)
                 tracer_checkpoint(tracer, options, summary.run_dir, host.environ, reporter.message)
         except KeyboardInterrupt as exc:  # between models: the one in flight already has its row
             runner.note_stop(exc)
-        _record_not_run(summary, runner, selection, reporter)
+        _record_not_run(summary, runner, selection, reporter, recorder)
     finally:
         _close(executor, summary, reporter)
         reporter.progress(Progress(FINISH, total=runner.total, seconds=time.monotonic() - started))
@@ -98,14 +101,15 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
         summary.interrupted, summary.signal = runner.stopped.reason, runner.stopped.signal
 
 
-def _record_not_run(summary: RunSummary, runner: ModelRunner, selection: Selection, reporter: Reporter) -> None:
+def _record_not_run(summary: RunSummary, runner: ModelRunner, selection: Selection, reporter: Reporter,
+                    recorder: LiveRecorder | None = None) -> None:
     """After a stop, every selected model that never started gets its row: nothing is a silent gap."""
     if runner.stopped is None:
         return
     for model in selection.models:
         if model.name not in runner.started:
             record = runner.records.failure(model, runner.stopped.not_run())
-            _record(summary, record, reporter)
+            _record(summary, record, reporter, recorder)
             reporter.progress(Progress(RESULT, model=model.name, index=runner.positions.get(model.name, 0),
                                        total=runner.total, status=record.status, detail=record.reason))
 
@@ -140,9 +144,10 @@ def _sequential(runner: ModelRunner, selection: Selection) -> Iterator[PerfRecor
             return
 
 
-def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter) -> None:
+def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter, recorder: LiveRecorder | None = None) -> None:
     """Append the row to perf.csv now; if it cannot be written (a full disk), keep it as JSON in
-    the run folder and say how to add it later, and the run fails."""
+    the run folder and say how to add it later, and the run fails. Then (``--db-url``) into the
+    results database; a database that is down is one warning, never the run's result."""
     summary.records.append(record)
     try:
         append_records(summary.perf_csv, [record])
@@ -155,6 +160,10 @@ def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter) -> None
                             f"{kept} --perf-csv {summary.perf_csv}'" if kept else "it could not be kept anywhere")
                          )
         return
+    if recorder is not None:
+        warning = recorder.record(record.to_row(), str(summary.perf_csv))
+        if warning:
+            reporter.message(warning)
 
 
 def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection: Selection) -> RunSummary:

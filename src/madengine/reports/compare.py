@@ -171,7 +171,15 @@ def compare_rows(old_rows: Iterable[Mapping[str, str]], new_rows: Iterable[Mappi
     """Compare two sets of perf rows (dicts keyed by perf.csv column names), per identity."""
     if threshold < 0:
         raise InputError("the threshold cannot be negative", path="--threshold")
-    old, new = group_samples(old_rows, sources[0]), group_samples(new_rows, sources[1])
+    return compare_groups(group_samples(old_rows, sources[0]), group_samples(new_rows, sources[1]), threshold,
+                          across_environments=across_environments)
+
+
+def compare_groups(old: dict[ResultIdentity, Side], new: dict[ResultIdentity, Side],
+                   threshold: float = DEFAULT_THRESHOLD, *, across_environments: bool = False) -> CompareResult:
+    """Compare two sides already grouped by :func:`group_samples` (a dashboard keeps a run's groups)."""
+    if threshold < 0:
+        raise InputError("the threshold cannot be negative", path="--threshold")
     pairs = {identity: identity for identity in old.keys() & new.keys()}
     crossed = _pair_across_environments(old, new)
     warnings = []

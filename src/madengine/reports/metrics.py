@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -14,6 +15,7 @@ _DIVIDER = re.compile(r"/|(?:^|[^a-z])per(?:[^a-z]|$)")
 _WORDS = re.compile(r"[^a-z0-9]+")
 
 
+@functools.lru_cache(maxsize=4096)  # a report asks once per result: thousands of times per metric
 def lower_is_better(metric: str) -> bool:
     """True for metrics where lower is better: names made of time units or words such as
     latency, time, seconds, ms, ``*_s``, loss.

@@ -35,7 +35,7 @@ def tag_configs_text(pairs: Iterable[tuple[str, str]] | Mapping[str, str]) -> st
     return ":".join(f"{key}={value}" if value != "" else key for key, value in cleaned if key)
 
 
-@dataclasses.dataclass(frozen=True, order=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class ResultIdentity:
     model: str = ""
     metric: str = ""
@@ -46,14 +46,47 @@ class ResultIdentity:
     n_gpus: str = ""
     backend: str = ""
 
+    # Equality, order and hash are those of the tuple of the fields (what order=True generates), with
+    # the tuple and its hash made once: comparing two runs of thousands of results hashes, looks up
+    # and sorts identities tens of thousands of times.
+    def __post_init__(self) -> None:
+        values = (self.model, self.metric, self.tag_configs, self.executor, self.gpu_vendor,  # FIELDS, in order
+                  self.gpu_architecture, self.n_gpus, self.backend)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_hash", hash(values))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values == other._values  # type: ignore[attr-defined]
+
+    def __lt__(self, other: "ResultIdentity") -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values < other._values  # type: ignore[attr-defined]
+
+    def __le__(self, other: "ResultIdentity") -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values <= other._values  # type: ignore[attr-defined]
+
+    def __gt__(self, other: "ResultIdentity") -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values > other._values  # type: ignore[attr-defined]
+
+    def __ge__(self, other: "ResultIdentity") -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values >= other._values  # type: ignore[attr-defined]
+
     @classmethod
     def from_row(cls, row: Mapping[str, object]) -> "ResultIdentity":
         """The identity of a perf.csv or database row (missing columns count as empty)."""
-        values = {}
-        for name in FIELDS:
-            value = row.get(name)
-            values[name] = "" if value is None else str(value).strip()
-        return cls(**values)
+        return cls(*["" if value is None else str(value).strip() for value in map(row.get, FIELDS)])
 
     def key(self) -> str:
         """Stable text for grouping and the database's ``identity_key`` column (a JSON array)."""

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .base import Backend, Session, Shapes, classify
+from .base import Backend, Session, Shapes, classify, kept_affinity
 
 
 class TvmSession(Session):
@@ -33,7 +33,8 @@ class TvmSession(Session):
         return [tvm.runtime.tensor(feeds[name], device) for name in self.input_names]
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        result = self.main(*self._arguments(feeds))
+        with kept_affinity():  # TVM's thread pool pins the thread that first calls it
+            result = self.main(*self._arguments(feeds))
         values = [result] if hasattr(result, "numpy") else list(result)  # one tensor, or a tuple of them
         return {name: value.numpy() for name, value in zip(self.output_names, values)}
 
@@ -51,6 +52,10 @@ class TvmRelaxBackend(Backend):
     install_hint = "pip install apache-tvm"
 
     def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
+        with kept_affinity():  # configuring TVM's thread pool pins the calling thread to one core
+            return self._prepare(model, shapes, threads)
+
+    def _prepare(self, model: str | Path, shapes: Shapes, threads: int | None) -> Session:
         import onnx
         import tvm
         from tvm import relax

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from madengine.cli.commands import report_collect, report_trace_diff
+from madengine.cli.commands import report_collect, report_serve, report_trace_diff
 from madengine.cli.env import Environment
 from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import CredentialError, ExitStatus, InputError
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                    description="Append results to perf.csv and turn perf.csv files into reports.")
     parser.set_defaults(handler=functools.partial(_usage, parser))
     commands = parser.add_subparsers(dest="report_command",
-                                     metavar="{update-perf,to-html,to-email,compare,regressions,collect,trace-diff}")
+                                     metavar="{update-perf,to-html,to-email,compare,regressions,collect,trace-diff,serve}")
     _add_update_perf(commands)
     _add_to_html(commands)
     _add_to_email(commands)
@@ -34,6 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     _add_regressions(commands)
     report_collect.add_subparser(commands)
     report_trace_diff.add_subparser(commands)
+    report_serve.add_subparser(commands)
 
 
 def _usage(parser: argparse.ArgumentParser, args: argparse.Namespace, env: Environment) -> ExitStatus:

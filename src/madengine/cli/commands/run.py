@@ -124,6 +124,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_run_arguments(parser)
     add_distributed_arguments(parser)
     parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
+    parser.add_argument("--db-url", default=None, metavar="URL",
+                        help="also record each row into this results database as it lands (default: MADENGINE_DB_URL "
+                             "when set); perf.csv stays the primary record and a database that is down is a warning")
     add_trace_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
     parser.set_defaults(handler=handle)
@@ -148,6 +151,9 @@ def check_flags_apply(args: argparse.Namespace) -> None:
                 raise InputError(f"{flag} applies only with --executor slurm", path=flag)
     elif args.parallel > 1:
         raise InputError("--parallel applies to docker and local runs; Slurm runs every task at once", path="--parallel")
+    elif getattr(args, "db_url", None):
+        raise InputError("--db-url records the rows of docker and local runs as they land", path="--db-url",
+                         hint="import a Slurm run's perf.csv with 'madengine database update-table'")
     if not args.manifest_file:
         for flag, dest in _MANIFEST_ONLY:
             if _given(args, dest):
@@ -165,7 +171,12 @@ def run_options(args: argparse.Namespace):
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.perf_csv), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
         force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
+<<<<<<< HEAD
         warmup_runs=args.warmup_runs, **trace_settings(args))
+=======
+        warmup_runs=args.warmup_runs, trace=not args.no_trace,
+        trace_file=Path(args.trace) if args.trace else None, db_url=getattr(args, "db_url", None))
+>>>>>>> main
 
 
 def run_request(args: argparse.Namespace):

@@ -1,0 +1,234 @@
+"""The summary tables of the results table: one row per result identity and one per run.
+
+Over a million rows, "the latest row of every result identity" and "every run with its counts" are
+GROUP BY queries over the whole table (seconds). Two small tables answer them at once (the
+dashboard, ``madengine report serve``, reads them):
+
+* ``<table>_ids``: per result identity (``identity_hash`` = SHA-256 of ``identity_key``): the
+  identity's fields, its first and latest row id, and its row and SUCCESS/FAILURE/SKIPPED counts;
+* ``<table>_runs``: per run id (``run_hash`` = SHA-256 of ``run_id``): first and latest row id, row
+  and status counts, distinct models, the earliest ``started_at`` and ``created_date``, the machine.
+
+They hold derived data only and are always made from the rows, never the other way round:
+
+* every insert (:meth:`SqlStore.insert`: ``database update-table`` and ``run --db-url``) recomputes
+  the entries of the identities and runs it touched, in the same transaction;
+* ``create_table`` builds them from the rows when they are missing (a table of an earlier release is
+  migrated in place) or when they no longer count every row (an earlier release wrote rows since).
+
+Readers fall back to GROUP BY queries over the rows while the summaries are missing or behind
+(:func:`is_current`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from madengine.database.rows import IDENTITY_COLUMN
+from madengine.results.columns import Status
+from madengine.results.identity import FIELDS as IDENTITY_FIELDS
+from madengine.results.identity import ResultIdentity
+
+if TYPE_CHECKING:
+    from madengine.database.sql import SqlStore
+
+IDS_SUFFIX = "_ids"
+RUNS_SUFFIX = "_runs"
+MAX_NAME = 64  # MySQL's identifier limit; a longer summary table name means no summaries (readers fall back)
+COUNTS = ("n_rows", "n_success", "n_failure", "n_skipped")
+IDS_COLUMNS = ("identity_hash", IDENTITY_COLUMN, *IDENTITY_FIELDS, "first_id", "latest_id", *COUNTS)
+RUNS_COLUMNS = ("run_hash", "run_id", "first_id", "latest_id", *COUNTS, "n_models", "started_at", "created_date",
+                "machine_name")
+_INTEGERS = frozenset(("first_id", "latest_id", "n_models", *COUNTS))
+_KEYS = ("identity_hash", "run_hash")
+_STATUS_SUMS = ("COUNT(*), SUM(CASE WHEN status = ? THEN 1 ELSE 0 END), SUM(CASE WHEN status = ? THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN status = ? THEN 1 ELSE 0 END)")
+STATUSES = (Status.SUCCESS, Status.FAILURE, Status.SKIPPED)
+_RUN_AGGREGATES = (f"MIN(id), MAX(id), {_STATUS_SUMS}, COUNT(DISTINCT model), MIN(NULLIF(started_at, '')), "
+                   "MIN(created_date), MAX(machine_name)")
+_IDENTITY_AGGREGATES = f"MIN(id), MAX(id), {_STATUS_SUMS}"
+
+
+def text_hash(text: str) -> str:
+    """The key of a summary entry: SHA-256 of the identity key or run id (TEXT cannot be a MySQL key)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def names(table: str) -> tuple[str, str] | None:
+    """The two summary tables of ``table``, or None when their names would be too long."""
+    ids, runs = table + IDS_SUFFIX, table + RUNS_SUFFIX
+    return (ids, runs) if max(len(ids), len(runs)) <= MAX_NAME else None
+
+
+def _column_type(store: "SqlStore", name: str) -> str:
+    mysql = store.dialect.name == "mysql"
+    if name in _KEYS:
+        return "CHAR(64) NOT NULL PRIMARY KEY" if mysql else "TEXT NOT NULL PRIMARY KEY"
+    if name in _INTEGERS:
+        return "BIGINT NOT NULL DEFAULT 0" if mysql else "INTEGER NOT NULL DEFAULT 0"
+    return "TEXT"
+
+
+def _create(store: "SqlStore", name: str, columns: Sequence[str]) -> None:
+    q = store.dialect.q
+    body = ", ".join(f"{q(c)} {_column_type(store, c)}" for c in columns)
+    suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if store.dialect.name == "mysql" else ""
+    store._execute(f"CREATE TABLE IF NOT EXISTS {q(name)} ({body}){suffix}")
+
+
+def _replace(store: "SqlStore", name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """REPLACE (SQLite and MySQL alike): an entry of the same key is swapped for the new one."""
+    if not rows:
+        return
+    q = store.dialect.q
+    statement = store._sql(f"REPLACE INTO {q(name)} ({', '.join(q(c) for c in columns)}) "
+                           f"VALUES ({', '.join('?' for _ in columns)})")
+    cursor = store.connection.cursor()
+    for start in range(0, len(rows), 500):
+        cursor.executemany(statement, list(rows[start:start + 500]))
+
+
+def _number(value: Any) -> int:
+    return int(value or 0)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _identity_entry(key: str, aggregates: Sequence[Any]) -> tuple[Any, ...]:
+    first, latest, rows, success, failure, skipped = aggregates
+    identity = ResultIdentity.from_key(key)
+    return (text_hash(key), key, *(getattr(identity, f) for f in IDENTITY_FIELDS), _number(first), _number(latest),
+            _number(rows), _number(success), _number(failure), _number(skipped))
+
+
+def _run_entry(run_id: str, aggregates: Sequence[Any]) -> tuple[Any, ...]:
+    first, latest, rows, success, failure, skipped, models, started, created, machine = aggregates
+    return (text_hash(run_id), run_id, _number(first), _number(latest), _number(rows), _number(success),
+            _number(failure), _number(skipped), _number(models), _text(started), _text(created), _text(machine))
+
+
+def refresh(store: "SqlStore", identity_keys: Iterable[str], run_ids: Iterable[str]) -> None:
+    """Recompute the entries of these identities and runs from the rows (after an insert)."""
+    tables = names(store.table)
+    if tables is None:
+        return
+    ids_table, runs_table = tables
+    identity_rows, run_rows = [], []
+    for key in sorted(set(identity_keys)):
+        aggregates = store._execute(f"SELECT {_IDENTITY_AGGREGATES} FROM {{t}} WHERE {IDENTITY_COLUMN} = ?",
+                                    (*STATUSES, key)).fetchone()
+        if aggregates and aggregates[2]:
+            identity_rows.append(_identity_entry(key, aggregates))
+    for run_id in sorted({r for r in run_ids if r}):
+        aggregates = store._execute(f"SELECT {_RUN_AGGREGATES} FROM {{t}} WHERE run_id = ?",
+                                    (*STATUSES, run_id)).fetchone()
+        if aggregates and aggregates[2]:
+            run_rows.append(_run_entry(run_id, aggregates))
+    _replace(store, ids_table, IDS_COLUMNS, identity_rows)
+    _replace(store, runs_table, RUNS_COLUMNS, run_rows)
+
+
+def computed_identities(store: "SqlStore") -> list[tuple[Any, ...]]:
+    """The identity entries (``IDS_COLUMNS``) computed from the rows that have an identity key."""
+    return [_identity_entry(_text(r[0]), r[1:]) for r in store._execute(
+        f"SELECT {IDENTITY_COLUMN}, {_IDENTITY_AGGREGATES} FROM {{t}} WHERE {IDENTITY_COLUMN} IS NOT NULL "
+        f"GROUP BY {IDENTITY_COLUMN}", STATUSES).fetchall()]
+
+
+def computed_runs(store: "SqlStore") -> list[tuple[Any, ...]]:
+    """The run entries (``RUNS_COLUMNS``) computed from the rows."""
+    return [_run_entry(_text(r[0]), r[1:]) for r in store._execute(
+        f"SELECT run_id, {_RUN_AGGREGATES} FROM {{t}} WHERE run_id IS NOT NULL AND run_id <> '' GROUP BY run_id",
+        STATUSES).fetchall()]
+
+
+def stored_identities(store: "SqlStore") -> list[tuple[Any, ...]]:
+    return _stored(store, names(store.table)[0], IDS_COLUMNS)  # type: ignore[index]
+
+
+def stored_runs(store: "SqlStore") -> list[tuple[Any, ...]]:
+    return _stored(store, names(store.table)[1], RUNS_COLUMNS)  # type: ignore[index]
+
+
+def _stored(store: "SqlStore", name: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    q = store.dialect.q
+    cursor = store._execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {q(name)} ORDER BY first_id")
+    return [tuple(_number(v) if c in _INTEGERS else _text(v) for c, v in zip(columns, row)) for row in cursor.fetchall()]
+
+
+def rebuild(store: "SqlStore") -> None:
+    """Every entry anew from the rows (one GROUP BY per summary table)."""
+    tables = names(store.table)
+    if tables is None:
+        return
+    ids_table, runs_table = tables
+    identity_rows, run_rows = computed_identities(store), computed_runs(store)
+    store._execute(f"DELETE FROM {store.dialect.q(ids_table)}")
+    store._execute(f"DELETE FROM {store.dialect.q(runs_table)}")
+    _replace(store, ids_table, IDS_COLUMNS, identity_rows)
+    _replace(store, runs_table, RUNS_COLUMNS, run_rows)
+
+
+def _exists(store: "SqlStore", name: str) -> bool:
+    if store.dialect.name == "sqlite":
+        query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
+    else:
+        query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+    return store._execute(query, (name,)).fetchone() is not None
+
+
+def present(store: "SqlStore") -> bool:
+    tables = names(store.table)
+    return tables is not None and all(_exists(store, name) for name in tables)
+
+
+def _count_matches(store: "SqlStore", name: str, where: str) -> bool:
+    summed = store._execute(f"SELECT COALESCE(SUM(n_rows), 0) FROM {store.dialect.q(name)}").fetchone()[0]
+    counted = store._execute(f"SELECT COUNT(*) FROM {{t}} WHERE {where}").fetchone()[0]
+    return int(summed) == int(counted)
+
+
+def ensure(store: "SqlStore") -> bool:
+    """Create the summary tables, and build them from the rows when new or not counting every row.
+
+    Returns True when they were (re)built. Called by ``create_table`` after the rows' identity keys
+    are filled in."""
+    tables = names(store.table)
+    if tables is None:
+        return False
+    ids_table, runs_table = tables
+    existed = present(store)
+    _create(store, ids_table, IDS_COLUMNS)
+    _create(store, runs_table, RUNS_COLUMNS)
+    if existed and _count_matches(store, ids_table, f"{IDENTITY_COLUMN} IS NOT NULL") \
+            and _count_matches(store, runs_table, "run_id IS NOT NULL AND run_id <> ''"):
+        return False
+    rebuild(store)
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    """What a reader needs to know about the summaries: present, and covering the newest row."""
+
+    present: bool
+    max_id: int  #: the table's newest row id (0 when empty)
+    covered_id: int  #: the newest row id the identity summary has seen
+
+    @property
+    def current(self) -> bool:
+        return self.present and self.covered_id == self.max_id
+
+
+def state(store: "SqlStore") -> State:
+    """Cheap (two indexed MAX queries): whether the summaries can answer for the table right now."""
+    max_id = _number(store._execute("SELECT MAX(id) FROM {t}").fetchone()[0])
+    if not present(store):
+        return State(False, max_id, 0)
+    ids_table = names(store.table)[0]  # type: ignore[index]
+    covered = _number(store._execute(f"SELECT MAX(latest_id) FROM {store.dialect.q(ids_table)}").fetchone()[0])
+    return State(True, max_id, covered)

@@ -1,0 +1,100 @@
+"""The trend chart of one result identity, as inline SVG geometry (the templates draw it, escaped).
+
+One point per run (the median of the run's samples, as ``report regressions`` counts it), runs evenly
+spaced in time order; a band through each run's min and max where a run has several samples; a
+dashed vertical line at the first run after each change ``report regressions`` finds (red: a
+regression, green: an improvement). Figures are divided by a power of ten before drawing, so any
+finite figure is drawn (the axis shows the real ones); ticks and scaling are perf.html's
+(:mod:`madengine.reports.charts`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+from madengine.reports.charts import Tick, magnitude, nice_ticks
+from madengine.reports.metrics import format_change, format_number
+
+WIDTH = 960
+HEIGHT = 280
+MARGIN = (16, 24, 40, 72)  # top, right, bottom, left
+
+
+@dataclasses.dataclass
+class Dot:
+    x: float
+    y: float
+    run_id: str
+    tip: str
+
+
+@dataclasses.dataclass
+class Mark:
+    x: float
+    kind: str
+    tip: str
+
+
+@dataclasses.dataclass
+class TrendChart:
+    width: int
+    height: int
+    plot: tuple[int, int, int, int]  # left, top, right, bottom
+    path: str
+    band: str  # SVG polygon points through every run's max, back through every min ('' without spread)
+    dots: list[Dot]
+    marks: list[Mark]
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+
+
+def _short(run_id: str) -> str:
+    return run_id if len(run_id) <= 24 else run_id[:23] + "…"
+
+
+def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[str, Any]], metric: str) -> TrendChart | None:
+    """The chart of a series (``views.Dashboard.series``: points and changes); None without points."""
+    if not points:
+        return None
+    left, top = MARGIN[3], MARGIN[0]
+    right, bottom = WIDTH - MARGIN[1], HEIGHT - MARGIN[2]
+    spread = any(p["n"] > 1 for p in points)
+    scale = magnitude([v for p in points for v in (p["value"], p["min"], p["max"])])
+    values = [v / scale for p in points for v in ((p["value"], p["min"], p["max"]) if spread else (p["value"],))]
+    ticks = nice_ticks(min(values), max(values))
+    x_step = (right - left) / max(len(points) - 1, 1)
+    y_step = (bottom - top) / (ticks[-1] - ticks[0])
+
+    def x_of(index: int) -> float:
+        return round(left + index * x_step if len(points) > 1 else (left + right) / 2, 1)
+
+    def y_of(value: float) -> float:
+        return round(bottom - (value / scale - ticks[0]) * y_step, 1)
+
+    dots = []
+    for index, point in enumerate(points):
+        spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {point['n']} samples" \
+            if point["n"] > 1 else ""
+        when = point["started_at"].replace("T", " ")[:19]
+        dots.append(Dot(x_of(index), y_of(point["value"]), point["run_id"],
+                        f"{point['run_id']} {when}: {format_number(point['value'])} {metric}{spread_text}".strip()))
+    path = "M" + " L".join(f"{d.x},{d.y}" for d in dots)
+    band = ""
+    if spread and len(points) > 1:
+        upper = [f"{x_of(i)},{y_of(p['max'])}" for i, p in enumerate(points)]
+        lower = [f"{x_of(i)},{y_of(p['min'])}" for i, p in reversed(list(enumerate(points)))]
+        band = " ".join(upper + lower)
+    position = {p["run_id"]: i for i, p in enumerate(points)}
+    marks = []
+    for change in changes:
+        index = position.get(change["after"]["run_id"])
+        if index is not None:
+            marks.append(Mark(x_of(index), change["kind"],
+                              f"{change['kind']} {format_change((change['size_percent'] or 0) / 100)} at "
+                              f"{change['after']['run_id']} (confidence {change['confidence']:.3f})"))
+    chosen = sorted({0, (len(points) - 1) // 2, len(points) - 1})
+    x_ticks = [Tick(x_of(i), _short(points[i]["run_id"]), points[i]["started_at"].replace("T", " ")[:19])
+               for i in chosen]
+    y_ticks = [Tick(round(bottom - (t - ticks[0]) * y_step, 1), format_number(t * scale)) for t in ticks]
+    return TrendChart(WIDTH, HEIGHT, (left, top, right, bottom), path, band, dots, marks, y_ticks, x_ticks)

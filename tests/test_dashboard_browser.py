@@ -1,0 +1,177 @@
+"""The dashboard in a real headless Chromium (Debian's ``chromium``, driven by Playwright's Python
+package pointed at the system browser; Playwright's own browser download is not used).
+
+What a person sees: the trend chart has one point per run, a filter narrows the list, a row written
+while the page is open appears without a reload, the compare view shows a verdict, a hostile model
+name is text. Screenshots go to test-artifacts/dashboard-*.png (gitignored).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, require_service
+from dashboard_helpers import RUNS, STEP_AT, XSS, LiveServer, run_id, write_history, write_run_files
+from madengine.database import update_table
+from madengine.database.live import LiveRecorder
+from madengine.database.urls import parse_url
+from madengine.results import PerfRecord
+from madengine.server.config import ServerConfig
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = REPO / "test-artifacts"
+LIVE_WITHIN_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require_service("chromium", CHROMIUM.exists(), "apt-get install chromium (scripts/ci.d/50-chromium.sh)")
+    require_service("playwright", importlib.util.find_spec("playwright") is not None, "pip install 'madengine[test]'")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    update_table(write_history(tmp_path / "perf.csv"), url)
+    write_run_files(tmp_path / "madengine_runs")
+    serving = LiveServer(ServerConfig(url=parse_url(url), runs_dir=tmp_path / "madengine_runs", port=0))
+    serving.url = url
+    yield serving
+    serving.stop()
+
+
+@pytest.fixture
+def page(browser, site):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    opened.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))  # an alert() that ran
+    opened.problems = problems
+    yield opened
+    context.close()
+    assert problems == []
+
+
+def open_page(page, site, path: str) -> None:
+    page.goto(site.base + path)
+    page.wait_for_selector("html[data-ready='1']")
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def result_names(page) -> list[str]:
+    return page.locator("#results tbody tr td:first-child").all_inner_texts()
+
+
+def test_overview_filters_narrow_the_list_and_live_in_the_url(page, site):
+    open_page(page, site, "/")
+    names = result_names(page)
+    assert len(names) == 4 and names[0].startswith("resnet")  # failures first
+    assert f"{XSS} · docker" in page.locator("#results").inner_text()  # the hostile name is text
+    assert "out of memory" in page.locator("table.failures").inner_text()
+    page.wait_for_selector("#live-state[data-state='on']")
+    shot(page, "overview")
+    page.fill("input[name=model]", "gpt")
+    page.press("input[name=model]", "Enter")
+    page.wait_for_url("**/?model=gpt*")
+    assert [n.split(" ·")[0] for n in result_names(page)] == ["gpt2"]
+    page.goto(site.base + "/")
+    page.select_option("select[name=status]", "FAILURE")  # a list submits itself
+    page.wait_for_url("**status=FAILURE*")
+    assert [n.split(" ·")[0] for n in result_names(page)] == ["resnet"]
+    shared = page.url
+    page.goto(shared)  # the URL alone gives the same view
+    assert [n.split(" ·")[0] for n in result_names(page)] == ["resnet"]
+
+
+def test_trend_chart_has_one_point_per_run_and_marks_the_change(page, site):
+    open_page(page, site, "/trend?model=gpt2&since=2026-02-01")
+    chart = page.locator("svg.trend-chart")
+    assert chart.count() == 1
+    points = chart.locator("circle.point")
+    assert points.count() == RUNS
+    assert [points.nth(k).get_attribute("data-run") for k in range(RUNS)] == [run_id(k) for k in range(1, RUNS + 1)]
+    assert chart.locator("line.change.regression").count() == 1
+    assert chart.locator("polygon.band").count() == 1  # five samples a run: a spread band
+    assert "regression" in page.locator("table.changes").inner_text()
+    shot(page, "trend")
+    page.select_option("select[name=machine]", "node1")
+    page.wait_for_url("**machine=node1*")
+    assert page.locator("svg.trend-chart circle.point").count() == RUNS // 2
+
+
+def test_rows_of_a_run_in_progress_appear_without_a_reload(page, site):
+    recorder = LiveRecorder(parse_url(site.url), {})
+    new_run = "run-live"
+
+    def land(model: str, performance: float | None) -> float:
+        record = PerfRecord(model=model, status="SUCCESS" if performance else "FAILURE", performance=performance,
+                            metric="samples_per_second", run_id=new_run, started_at="2026-03-01T10:00:00Z",
+                            machine_name="node1", gpu_architecture="gfx942", gpu_vendor="AMD", executor="docker",
+                            n_gpus="1", reason="" if performance else "killed by the test")
+        assert recorder.record(record.to_row(), "perf.csv") is None
+        return time.monotonic()
+
+    land("first_model", 10.0)
+    open_page(page, site, f"/run?run={new_run}")
+    page.wait_for_selector("#live-state[data-state='on']")
+    page.evaluate("window.__same_page = true")
+    assert page.locator("#rows tbody tr").count() == 1
+    written = land("second_model", None)
+    page.wait_for_selector("#rows tbody tr[data-model='second_model']", timeout=LIVE_WITHIN_S * 1000)
+    seen_after = time.monotonic() - written
+    assert seen_after <= LIVE_WITHIN_S, seen_after
+    assert page.evaluate("window.__same_page === true")  # updated in place, not reloaded
+    assert page.locator("#rows tbody tr").first.get_attribute("data-model") == "second_model"  # failures first
+    assert "killed by the test" in page.locator("#rows").inner_text()
+    shot(page, "run-live")
+    # the overview follows too: the new results are there without a reload
+    open_page(page, site, "/")
+    page.wait_for_selector("#live-state[data-state='on']")
+    written = land("third_model", 3.0)
+    page.wait_for_selector("#results tr:has-text('third_model')", timeout=LIVE_WITHIN_S * 1000)
+    assert time.monotonic() - written <= LIVE_WITHIN_S
+
+
+def test_compare_view_shows_the_verdict(page, site):
+    open_page(page, site, f"/compare?old={run_id(STEP_AT - 1)}&new={run_id(STEP_AT)}")
+    verdicts = {row.locator("td").first.inner_text().split(" ·")[0]: row.locator("[data-verdict]").inner_text()
+                for row in page.locator("#compare tbody tr").all()}
+    assert verdicts["gpt2"] == "slower"
+    assert page.locator("[data-verdict-count='slower'] .card-value").inner_text() == "1"
+    shot(page, "compare")
+    page.select_option("select[name=old]", run_id(1))
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**old={run_id(1)}*")
+    assert page.locator("h1").inner_text() == f"{run_id(1)} → {run_id(STEP_AT)}"
+
+
+def test_run_detail_links_the_log_and_the_trace(page, site):
+    open_page(page, site, f"/run?run={run_id(RUNS)}")
+    first = page.locator("#rows tbody tr").first
+    assert first.get_attribute("data-model") == "resnet" and "out of memory" in first.inner_text()
+    with page.expect_response(lambda r: r.url.endswith("/resnet/run.log")) as response:
+        first.locator("td.files a").click()
+    assert response.value.status == 200 and "out of memory" in page.locator("body").inner_text()
+    open_page(page, site, f"/run?run={run_id(RUNS)}")
+    page.click("text=trace.json")
+    assert "traceEvents" in page.locator("body").inner_text()

@@ -1,0 +1,351 @@
+"""`madengine report serve`: the API and pages over real SQLite and a real MariaDB, served by the real
+uvicorn over real sockets; read-only, the token, path traversal, escaping, bad input, the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import IN_CI, REPO, run_process
+from dashboard_helpers import RUNS, STEP_AT, XSS, LiveServer, run_id, write_history, write_run_files
+from madengine.core.errors import InputError
+from madengine.database import update_table
+from madengine.database.urls import parse_url
+from madengine.results import PerfRecord, append_records
+from madengine.server.config import ServerConfig
+from madengine.server.filters import Filters, parse
+from test_database_mysql import _connect, database, server  # noqa: F401 - fixtures of the real MariaDB
+
+EXAMPLES = 500 if IN_CI else 200
+q = urllib.parse.quote
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mysql)])
+def results_url(request, tmp_path, monkeypatch) -> str:
+    """A results database holding tests/dashboard_helpers' history, imported by update-table."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("MADENGINE_DB_URL", "TUNA_DB_HOSTNAME", "MADENGINE_DASHBOARD_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'results.db'}"
+    else:
+        url = request.getfixturevalue("database")[1]
+    update_table(write_history(tmp_path / "perf.csv"), url)
+    write_run_files(tmp_path / "madengine_runs")
+    return url
+
+
+@pytest.fixture
+def live(results_url, tmp_path):
+    serving = LiveServer(ServerConfig(url=parse_url(results_url), runs_dir=tmp_path / "madengine_runs", port=0))
+    yield serving
+    serving.stop()
+
+
+def test_overview_latest_per_identity_failures_first(live):
+    data = live.json("/api/overview")
+    assert data["empty"] is False and data["totals"] == {"rows": 4 * RUNS, "identities": 4, "runs": RUNS,
+                                                         "latest_run": run_id(RUNS)}
+    assert data["counts"] == {"SUCCESS": 3, "FAILURE": 1, "SKIPPED": 0}
+    items = data["results"]["items"]
+    assert items[0]["model"] == "resnet" and items[0]["latest"]["status"] == "FAILURE"  # failures first
+    assert items[0]["latest"]["reason"] == f"model script exited with code {RUNS}: out of memory"
+    assert [f["model"] for f in data["failures"]] == ["resnet"]
+    bert = next(i for i in items if i["model"] == "bert")
+    assert bert["tag_configs"] == "bs=64" and bert["label"] == "bert [bs=64] · docker · AMD gfx942 · 1 GPU"
+    assert bert["latest"]["run_id"] == run_id(RUNS) and bert["rows"] == RUNS and bert["success"] == RUNS
+    assert bert["latest"]["relative_change"]["sample_count"] == 5
+    # filters narrow the list, and the state is in the URL
+    assert [i["model"] for i in live.json("/api/overview?status=SUCCESS&model=GP")["results"]["items"]] == ["gpt2"]
+    assert [i["model"] for i in live.json("/api/identities?tag=bs=64")["items"]] == ["bert"]
+    assert live.json("/api/identities?tag=nightly")["total"] == 3
+    assert live.json("/api/identities?gpu_architecture=gfx90a")["total"] == 0
+    assert live.json("/api/overview?until=2026-01-31")["results"]["total"] == 0
+
+
+def test_series_one_point_per_run_and_the_changes_report_regressions_finds(live, results_url, cli):
+    overview = live.json("/api/overview")
+    gpt2 = next(i for i in overview["results"]["items"] if i["model"] == "gpt2")
+    series = live.json("/api/series?identity=" + q(gpt2["identity_key"]))
+    assert [p["run_id"] for p in series["points"]] == [run_id(k) for k in range(1, RUNS + 1)]
+    assert all(p["n"] == 5 and p["min"] <= p["value"] <= p["max"] for p in series["points"])
+    cli_changes = json.loads(cli("report", "regressions", "--db-url", results_url, "--json").stdout)["changes"]
+    assert [c["after"]["run_id"] for c in series["changes"]] == [run_id(STEP_AT)]
+    assert [{k: v for k, v in c.items() if k != "in_view"} for c in series["changes"]] == cli_changes
+    # the machine and time filters narrow the points, not the changes
+    odd = live.json("/api/series?machine=node1&identity=" + q(gpt2["identity_key"]))
+    assert [p["run_id"] for p in odd["points"]] == [run_id(k) for k in range(1, RUNS + 1, 2)]
+    window = live.json(f"/api/series?since=2026-02-03&until=2026-02-05&identity={q(gpt2['identity_key'])}")
+    assert [p["run_id"] for p in window["points"]] == [run_id(3), run_id(4), run_id(5)]
+    assert window["changes"][0]["in_view"] is False
+    # the background pass finds the same change for the overview and /api/changes
+    deadline = time.monotonic() + 30
+    while not (changes := live.json("/api/changes"))["complete"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert [(c["model"], c["kind"]) for c in changes["items"]] == [("gpt2", "regression")]
+    trend = live.json("/api/trend?model=gpt2")
+    assert trend["matching"] == 1 and len(trend["series"][0]["points"]) == RUNS
+
+
+def test_figures_written_as_whole_numbers(live, results_url, tmp_path):
+    """perf.csv figures like `42` come back as numbers that keep their text (results.parsing.Figure)."""
+    rows = [PerfRecord(model="whole", status="SUCCESS", performance=f"{40 + k}", metric="fps", run_id=f"w{k}",
+                       started_at=f"2026-03-0{k}T10:00:00Z") for k in range(1, 8)]
+    update_table(append_records(tmp_path / "whole.csv", rows), results_url)
+    series = live.json("/api/trend?model=whole")["series"][0]
+    assert [p["value"] for p in series["points"]] == [40 + k for k in range(1, 8)]
+    assert live.get("/trend?model=whole")[0] == 200
+
+
+def test_runs_run_detail_and_compare_match_the_cli(live, results_url, cli):
+    runs = live.json("/api/runs")
+    listed = json.loads(cli("database", "list-runs", "--db-url", results_url, "--json").stdout)
+    assert [r["run_id"] for r in runs["items"]] == [r["run_id"] for r in listed][::-1]  # newest first
+    assert runs["items"][0]["failure"] == 1 and runs["items"][0]["rows"] == 4
+    detail = live.json(f"/api/run?run={run_id(RUNS)}")
+    assert detail["counts"] == {"SUCCESS": 3, "FAILURE": 1, "SKIPPED": 0}
+    assert detail["rows"][0]["row"]["status"] == "FAILURE" and "out of memory" in detail["rows"][0]["row"]["reason"]
+    assert detail["rows"][0]["links"] == [{"path": f"madengine_runs/{run_id(RUNS)}/resnet/run.log",
+                                           "url": f"/files/{run_id(RUNS)}/resnet/run.log"}]
+    assert detail["trace"] == f"/files/{run_id(RUNS)}/trace.json"
+    assert live.json(f"/api/run?run={run_id(1)}")["trace"] is None  # no file: no link
+    old, new = run_id(STEP_AT - 1), run_id(STEP_AT)
+    compared = live.json(f"/api/compare?old={old}&new={new}")
+    expected = json.loads(cli("report", "compare", "--old-run", old, "--new-run", new, "--db-url", results_url,
+                              "--json").stdout)
+    by_identity = {m["identity_key"]: m for m in expected["models"]}
+    assert {m["identity_key"]: m for m in compared["models"]} == by_identity  # the CLI's verdicts, figures, reasons
+    assert compared["models"][0]["verdict"] == "slower"  # what got worse first
+    assert compared["counts"] == expected["counts"] and compared["counts"]["slower"] == 1
+    assert {m["model"]: m["verdict"] for m in compared["models"]}["gpt2"] == "slower"
+    default = live.json("/api/compare")  # the two newest runs
+    assert (default["old"], default["new"]) == (run_id(RUNS - 1), run_id(RUNS))
+
+
+def test_files_only_from_the_runs_folder(live, tmp_path):
+    status, headers, body = live.get(f"/files/{run_id(RUNS)}/resnet/run.log")
+    assert status == 200 and b"out of memory" in body
+    assert headers["content-type"].startswith("text/plain") and "sandbox" in headers["content-security-policy"]
+    (tmp_path / "secret.txt").write_text("secret")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("secret")
+    (tmp_path / "madengine_runs" / "link").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "madengine_runs" / "dirlink").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "madengine_runs" / "page.html").write_text("<script>alert(1)</script>")
+    for path in ("/files/../secret.txt", "/files/%2e%2e/secret.txt", "/files/%2E%2E%2Fsecret.txt",
+                 "/files/..%2Fsecret.txt", f"/files/{q(str(tmp_path / 'secret.txt'))}", "/files//etc/passwd",
+                 "/files/%2Fetc%2Fpasswd", "/files/link", "/files/dirlink/secret.txt", f"/files/../{outside.name}",
+                 "/files/", f"/files/{run_id(RUNS)}", "/files/..%5Csecret.txt", "/files/x%00.log",
+                 "/static/../server/app.py", "/static/%2e%2e%2fapp.py"):
+        status, _, body = live.get(path)
+        assert status == 404 and b"secret" not in body, (path, status, body)
+    status, headers, body = live.get("/files/page.html")
+    assert status == 200 and headers["content-type"] == "application/octet-stream"
+    assert headers["content-disposition"].startswith("attachment")
+
+
+def test_every_name_is_escaped_in_every_page(live):
+    identity = next(i for i in live.json("/api/overview")["results"]["items"] if i["model"] == XSS)["identity_key"]
+    for path in ("/", "/trend?model=" + q(XSS), "/trend?identity=" + q(identity), f"/run?run={run_id(RUNS)}",
+                 f"/compare?old={run_id(1)}&new={run_id(2)}", "/changes", "/runs", "/?model=" + q(XSS)):
+        status, headers, body = live.get(path)
+        text = body.decode()
+        assert status == 200, (path, text[:300])
+        assert XSS not in text, path
+        assert path in ("/changes", "/runs") or "&lt;script&gt;alert(1)&lt;/script&gt;" in text, path  # (no model names)
+        assert "script-src 'self'" in headers["content-security-policy"]
+    status, _, body = live.get("/run?run=" + q(XSS))  # an unknown run named like a tag: 404, escaped
+    assert status == 404 and XSS not in body.decode() and "&lt;script&gt;" in body.decode()
+
+
+def test_bad_input_is_400_and_unknown_things_404(live):
+    for path in ("/api/overview?status=BROKEN", "/api/overview?since=yesterday", "/api/overview?page=0",
+                 "/api/series?identity=%5B1%5D", "/api/series", "/api/compare?threshold=-1", "/api/run",
+                 "/api/overview?since=2026-02-05&until=2026-02-01", "/api/overview?model=" + "x" * 300):
+        status, headers, body = live.get(path)
+        assert status == 400 and headers["content-type"] == "application/json", path
+        assert "\n" not in json.loads(body)["error"], path
+    assert live.get("/api/run?run=nope")[0] == 404
+    assert live.get("/api/series?identity=" + q(json.dumps(["x"] * 8)))[0] == 404
+    assert live.get("/api/compare?old=nope&new=" + run_id(1))[0] == 400
+    status, _, body = live.get("/?status=BROKEN")
+    assert status == 400 and b"status: must be one of SUCCESS, FAILURE, SKIPPED" in body
+
+
+def test_a_token_protects_every_request(results_url, tmp_path):
+    serving = LiveServer(ServerConfig(url=parse_url(results_url), runs_dir=tmp_path, port=0, token="s3cret-T"))
+    try:
+        for path in ("/", "/api/overview", "/api/events", "/files/x", "/static/dashboard.js", "/?token=wrong"):
+            status, headers, body = serving.get(path)
+            assert status == 401 and headers["www-authenticate"] == "Bearer", path
+            assert b"s3cret" not in body
+        assert serving.get("/api/overview", {"Authorization": "Bearer wrong"})[0] == 401
+        status, _, body = serving.get("/api/overview", {"Authorization": "Bearer s3cret-T"})
+        assert status == 200 and json.loads(body)["counts"]["FAILURE"] == 1
+        status, headers, _ = serving.get("/runs?token=s3cret-T&page=1")
+        assert status == 303 and headers["location"] == "/runs?page=1"
+        cookie = headers["set-cookie"].split(";")[0]
+        assert "s3cret" not in cookie and "HttpOnly" in headers["set-cookie"]
+        assert serving.get("/runs?page=1", {"Cookie": cookie})[0] == 200
+        assert serving.get("/runs", {"Cookie": "madengine_dashboard=forged"})[0] == 401
+    finally:
+        serving.stop()
+
+
+def test_only_loopback_host_names_when_bound_to_loopback(live):
+    assert live.get("/api/version", {"Host": "attacker.example:8050"})[0] == 421
+    assert live.get("/api/version", {"Host": "localhost:8050"})[0] == 200
+
+
+def test_empty_or_missing_database_shows_how_to_fill_it(tmp_path):
+    db = tmp_path / "none.db"
+    serving = LiveServer(ServerConfig(url=parse_url(f"sqlite:///{db}"), runs_dir=tmp_path, port=0))
+    try:
+        data = serving.json("/api/overview")
+        assert data["empty"] is True and data["database"]["exists"] is False
+        assert any("--db-url" in command for command in data["how_to_fill"])
+        status, _, body = serving.get("/")
+        assert status == 200 and b"No results yet" in body and b"update-table" in body
+        for path in ("/runs", "/changes", "/trend", "/compare", "/api/runs", "/api/changes", "/api/trend"):
+            assert serving.get(path)[0] == 200, path
+        assert not db.exists()  # reading never creates the database
+        update_table(write_history(tmp_path / "perf.csv", runs=2), f"sqlite:///{db}")
+        assert serving.json("/api/overview")["totals"]["runs"] == 2  # it appears without a restart
+    finally:
+        serving.stop()
+
+
+def _digest(path: Path) -> tuple[str, int]:
+    return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
+
+
+def test_the_server_never_writes_the_database(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "results.db"
+    update_table(write_history(tmp_path / "perf.csv"), f"sqlite:///{db}")
+    before = _digest(db)
+    files_before = sorted(p.name for p in tmp_path.iterdir())
+    serving = LiveServer(ServerConfig(url=parse_url(f"sqlite:///{db}"), runs_dir=tmp_path, port=0))
+    try:
+        for path in ("/", "/api/overview", "/trend?model=gpt2", "/runs", f"/run?run={run_id(3)}", "/compare",
+                     "/changes", "/api/changes", "/api/identities", "/api/version"):
+            assert serving.get(path)[0] == 200, path
+        # the connection itself refuses writes (SQLite mode=ro)
+        reader = serving.server.config.app.app.state.dashboard.reader
+        with pytest.raises(Exception, match="readonly|read-only"):
+            reader._store()._execute("DELETE FROM {t}")
+    finally:
+        serving.stop()
+    assert _digest(db) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == files_before  # no journal, no lock file left
+
+
+@pytest.mark.mysql
+def test_mariadb_session_is_read_only(server, database):  # noqa: F811
+    name, url = database
+    update_table(write_history(Path.cwd() / "perf.csv", runs=2), url)
+    from madengine.database.dashboard import Reader
+
+    reader = Reader(parse_url(url))
+    assert len(reader.identities()) == 4
+    with pytest.raises(Exception, match="READ ONLY|read-only|1792"):
+        reader._store()._execute("DELETE FROM {t}")
+    reader.close()
+    connection = _connect(server, name)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM dlm_table")
+        assert cursor.fetchone()[0] == 8
+    connection.close()
+
+
+# --- the command -------------------------------------------------------------------------------
+
+def _serve_process(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "madengine", "report", "serve", *args], stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})})
+
+
+def test_serve_command_warns_on_every_network_and_stops_on_sigterm(tmp_path):
+    db = tmp_path / "results.db"
+    update_table(write_history(tmp_path / "perf.csv", runs=2), f"sqlite:///{db}")
+    process = _serve_process("--db-url", f"sqlite:///{db}", "--host", "0.0.0.0", "--port", "0",
+                             env={"MADENGINE_DASHBOARD_TOKEN": "tok-123"})
+    try:
+        warning = process.stderr.readline()
+        started = process.stderr.readline()
+        assert "warning: --host 0.0.0.0 serves the results to every network" in warning
+        assert "dashboard of sqlite:///" in started and "tok-123" not in warning + started
+        port = int(started.split("0.0.0.0:")[1].split("/")[0])
+        import urllib.error
+        import urllib.request
+
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/version", timeout=10)
+        assert refused.value.code == 401  # the token from the environment
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/version",
+                                         headers={"Authorization": "Bearer tok-123"})
+        assert json.loads(urllib.request.urlopen(request, timeout=10).read())["exists"] is True
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 143
+        process.stderr.close()
+
+
+def test_serve_command_bad_input_is_one_line(tmp_path):
+    busy = __import__("socket").socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        taken = run_process("report", "serve", "--db-url", f"sqlite:///{tmp_path / 'x.db'}", "--port",
+                            str(busy.getsockname()[1]), timeout=60)
+    finally:
+        busy.close()
+    assert taken.returncode == 2 and taken.stderr.strip().count("\n") == 0, taken.stderr
+    assert "--port: port" in taken.stderr and "is in use" in taken.stderr
+    mongo = run_process("report", "serve", "--db-url", "mongodb://localhost:1/x", timeout=60)
+    assert mongo.returncode == 2 and "SQL results databases" in mongo.stderr
+    port = run_process("report", "serve", "--port", "70000", timeout=60)
+    assert port.returncode == 2 and "not a port number" in port.stderr
+
+
+# --- the URL's filters -------------------------------------------------------------------------
+
+@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
+@given(st.dictionaries(st.sampled_from(["model", "tag", "status", "gpu_architecture", "executor", "machine", "since",
+                                        "until", "identity", "kind", "run", "old", "new", "threshold", "across",
+                                        "page", "per_page", "other"]),
+                       st.one_of(st.text(max_size=30), st.sampled_from(["FAILURE", "success", "2026-02-03", "3.5%",
+                                                                        "2026-02-03T10:00", "1", "0", "nan", "1e9"]))))
+def test_filters_parse_or_refuse_and_round_trip(params):
+    try:
+        filters = parse(params)
+    except InputError as exc:
+        assert exc.path in params and "\n" not in str(exc)
+        return
+    again = parse(dict(urllib.parse.parse_qsl(filters.query(), keep_blank_values=True)))
+    assert again == filters
+    assert filters.page >= 1 and 1 <= filters.per_page <= 500 and 0 <= filters.threshold <= 1000
+
+
+def test_filters_examples():
+    assert parse({"since": "2026-02-03", "until": "2026-02-03"}).time_window() == ("2026-02-03T00:00:00",
+                                                                                     "2026-02-03T23:59:59")
+    assert parse({"status": "failure"}).status == "FAILURE" and parse({"threshold": "2.5%"}).threshold == 2.5
+    assert Filters(model="bert", page=2).query() == "model=bert&page=2"
+    for bad in ({"since": "2026-13-01"}, {"page": "-1"}, {"identity": '["a"]'}, {"threshold": "inf"},
+                {"model": "a\nb"}):
+        with pytest.raises(InputError):
+            parse(bad)
