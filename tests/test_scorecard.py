@@ -375,5 +375,10 @@ def test_image_runs_every_cell_in_a_container(cli, tmp_path, docker_client, dock
     rows = rows_of(perf)
     assert {r["executor"] for r in rows} == {"docker"} and {r["docker_image"] for r in rows} == {image}
     assert cells[("mlp", "onnxruntime-cpu-opt-all")]["version"] == onnxruntime.__version__
+    trace = json.loads(Path(document["trace"]).read_text())  # each cell's span: the container, then its step
+    spans = {e["args"]["span.id"]: e for e in trace["traceEvents"] if e["ph"] == "X"}
+    for cell in (e for e in spans.values() if e["name"] == "model"):
+        phases = [e["name"] for e in spans.values() if e["args"]["span.parent_id"] == cell["args"]["span.id"]]
+        assert {"container_start", "model_step"} <= set(phases), (cell["args"], phases)
     leftover = [c.name for c in docker_client.containers.list(all=True) if c.name.startswith("container_scorecard_")]
     assert not leftover  # every cell's container is removed

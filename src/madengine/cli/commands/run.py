@@ -171,12 +171,7 @@ def run_options(args: argparse.Namespace):
         disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.perf_csv), executor=args.executor,
         data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
         force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
-<<<<<<< HEAD
-        warmup_runs=args.warmup_runs, **trace_settings(args))
-=======
-        warmup_runs=args.warmup_runs, trace=not args.no_trace,
-        trace_file=Path(args.trace) if args.trace else None, db_url=getattr(args, "db_url", None))
->>>>>>> main
+        warmup_runs=args.warmup_runs, db_url=getattr(args, "db_url", None), **trace_settings(args))
 
 
 def run_request(args: argparse.Namespace):
