@@ -19,7 +19,8 @@ from madengine.database.dashboard import Reader
 from madengine.database.live import LiveRecorder
 from madengine.database.urls import parse_url
 from madengine.results import PerfRecord, append_records, read_rows
-from test_database_mysql import TcpProxy, _rows, database, load_release_table, server  # noqa: F401 - real MariaDB fixtures
+from socket_proxy import SocketProxy
+from test_database_mysql import _rows, database, load_release_table, server  # noqa: F401 - real MariaDB fixtures
 
 RELEASE = FIXTURES / "release_db_identity"
 PREVIOUS = FIXTURES / "release_db"
@@ -171,7 +172,7 @@ def test_bad_database_url_stops_the_run_before_it_starts(model_repo, cli):
 def test_a_database_that_is_down_never_fails_the_run(server, database, cli, model_repo, monkeypatch):  # noqa: F811
     name, _ = database
     monkeypatch.chdir(model_repo)
-    proxy = TcpProxy((server.host, server.port))  # a port where the database is down
+    proxy = SocketProxy((server.host, server.port))  # a port where the database is down
     url = f"mysql://{server.user}:{server.password}@127.0.0.1:{proxy.port}/{name}?timeout=2"
     result = cli("run", "--tags", "dummy,dummy_py,dummy_dir", "--executor", "local", "--db-url", url)
     assert result.code == 0, result

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import sqlite3
-import threading
 
 import pytest
 
 from conftest import require_service
+from socket_proxy import SocketProxy
 from madengine.database import fetch_run, update_table
 from madengine.database.urls import parse_url
 from test_database_helpers import history, one_error_line, relative, write_perf_csv
@@ -90,60 +89,6 @@ def load_release_table(server, name: str, sqlite_path, create_sql) -> None:
                            release.execute("SELECT * FROM dlm_table ORDER BY id").fetchall())
     connection.close()
     release.close()
-
-
-class TcpProxy:
-    """A port that forwards to the MariaDB server while started: the database 'goes down' and
-    'comes back' at the same URL, over real sockets."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self._listener: socket.socket | None = None
-        self._sockets: list[socket.socket] = []
-
-    def start(self) -> None:
-        self._listener = socket.socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", self.port))
-        self._listener.listen(8)
-        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self._sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-        for s in self._sockets:
-            s.close()
-        self._sockets.clear()
 
 
 def test_create_table_creates_database_and_table_idempotently(server, database, cli):
@@ -232,7 +177,7 @@ def test_reading_a_database_that_does_not_exist_is_exit_2(server, database, cli)
 def test_database_down_then_up_loses_nothing(server, database, cli, tmp_path):
     name, _ = database
     write_perf_csv(tmp_path / "perf.csv", history("m", [1, 2, 3]))
-    proxy = TcpProxy((server.host, server.port))
+    proxy = SocketProxy((server.host, server.port))
     url = f"mysql://{server.user}:{server.password}@127.0.0.1:{proxy.port}/{name}?timeout=2"
 
     down = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import psutil
 import pytest
 
 from conftest import BASE_IMAGE, require_service, run_process
+from socket_proxy import SocketProxy
 from madengine.results import read_rows
 
 PREFIX = "ci-fault"  # every image these tests build starts with it
@@ -126,69 +126,17 @@ def test_ci_cancel_signals_end_the_run_like_ctrl_c(tmp_path, executor, signum, c
 
 # -- the Docker engine goes away ------------------------------------------------------------------
 
-class SocketProxy:
-    """A unix-socket proxy in front of the engine's socket that the test can cut and restore."""
-
-    def __init__(self, path: Path, target: str = "/var/run/docker.sock") -> None:
-        self.path, self.target = path, target
-        self.conns: list[socket.socket] = []
-        self.listener: socket.socket | None = None
-        self.restore()
-
-    def restore(self) -> None:
-        self.listener = socket.socket(socket.AF_UNIX)
-        self.listener.bind(str(self.path))
-        self.listener.listen(64)
-        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.socket(socket.AF_UNIX)
-            upstream.connect(self.target)
-            self.conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for s in (source, sink):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        self.listener.close()
-        self.path.unlink()
-        for conn in self.conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-                conn.close()
-            except OSError:
-                pass
-        self.conns.clear()
-
-
 def test_engine_gone_mid_run_fails_in_flight_and_remaining_models_and_cleans_up_later(tmp_path, fault_docker):
     repo = three_models(tmp_path / "repo")
     assert run_process("build", "--tags", "fault_sleeper", cwd=repo).returncode == 0  # no build through the proxy
-    proxy = SocketProxy(tmp_path / "engine.sock")
+    proxy = SocketProxy("/var/run/docker.sock", listen=tmp_path / "engine.sock").start()
     run = Run(repo, "--tags", "fault_sleeper", "fault_after", "--executor", "docker", "--timeout", "0",
               env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
     run.wait_for("] started")
     run_id = run.run_id
-    proxy.cut()
+    proxy.stop()
     time.sleep(3)
-    proxy.restore()  # the engine answers again: the container left running must now be removed
+    proxy.start()  # the engine answers again: the container left running must now be removed
     assert run.finish() == 1, "".join(run.lines)
     got = rows(repo)
     assert got["fault_sleeper"]["reason"].startswith("docker engine unavailable: "), got["fault_sleeper"]

@@ -1,0 +1,86 @@
+"""A forwarding proxy the tests can cut and restore: a service 'goes down' and 'comes back' at the
+same address, over real sockets (a TCP port in front of MariaDB, a unix socket in front of the
+Docker engine)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+
+class SocketProxy:
+    """Forwards ``listen`` (a TCP port on 127.0.0.1 when None, or a unix-socket path) to ``target``
+    (a ``(host, port)`` pair, or a unix-socket path) while started."""
+
+    def __init__(self, target: tuple[str, int] | str, listen: Path | None = None) -> None:
+        self.target = target
+        self.path = listen
+        self.port = 0
+        if listen is None:
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+            probe.close()
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+
+    def start(self) -> "SocketProxy":
+        if self.path is None:
+            listener = socket.socket()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self.port))
+        else:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(str(self.path))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def _connect(self) -> socket.socket:
+        if isinstance(self.target, tuple):
+            return socket.create_connection(self.target)
+        upstream = socket.socket(socket.AF_UNIX)
+        upstream.connect(self.target)
+        return upstream
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = self._connect()
+            self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """Cut every connection and stop listening (a unix socket's file goes too)."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            if self.path is not None:
+                self.path.unlink(missing_ok=True)
+        for s in self._sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self._sockets.clear()
