@@ -6,11 +6,13 @@ Services: ``require_service`` skips a test with a clear reason on a developer's 
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,18 @@ def _hypothesis_profiles() -> None:
 
 
 _hypothesis_profiles()
+
+
+def _private_cache() -> None:
+    """The tests' catalog caches (and anything else cached) go to a folder of this session, not
+    the user's ~/.cache; tests of the cache itself set their own."""
+    if "MADENGINE_CACHE_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="madengine-test-cache-")
+        os.environ["MADENGINE_CACHE_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+_private_cache()
 
 
 def require_service(name: str, available: bool, how: str) -> None:

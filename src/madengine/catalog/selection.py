@@ -14,7 +14,6 @@ A tag is ``selector[:key=value[:key2=value2...]]``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Iterable
 
 from madengine.catalog.schema import Model
@@ -74,6 +73,8 @@ def _suggest(tag: str, catalog: Catalog) -> list[str]:
     vocabulary = {m.name for m in catalog.models}
     for model in catalog.models:
         vocabulary.update(model.tags)
+    import difflib  # only for an unknown tag's message
+
     return difflib.get_close_matches(tag, sorted(vocabulary), n=3, cutoff=0.6)
 
 

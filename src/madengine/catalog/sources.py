@@ -18,12 +18,14 @@ import os
 import posixpath
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from madengine.catalog.custom import CustomModel
 from madengine.catalog.schema import Model, model_from_entry
 from madengine.core import jsonio
 from madengine.core.errors import CatalogError
+
+if TYPE_CHECKING:
+    from madengine.catalog.custom import CustomModel
 
 _REROOTED = ("dockerfile", "scripts", "onnx")
 
@@ -93,6 +95,8 @@ def _reroot(model: Model, scope: str, *, rename: bool = True) -> Model:
 
 def _custom_entry(custom: Any, scope: str, source: str) -> dict[str, Any]:
     """``custom.to_dict()`` with the scoped name, so that messages name the model as tags do."""
+    from madengine.catalog.custom import CustomModel  # dynamic sources only
+
     if not isinstance(custom, CustomModel):
         raise CatalogError(f"list_models() returned a {type(custom).__name__}, not a CustomModel", path=source,
                            hint="return madengine.utils.discover_models.CustomModel objects")
@@ -163,19 +167,39 @@ def _load_dynamic(path: Path, scope: str, root: Path) -> list[tuple[Model, Custo
     return [(_unrefreshed(custom, scope, shown), custom) for custom in result]
 
 
-def load_catalog(root: Path | None = None) -> Catalog:
-    """Read every source under ``root`` into a :class:`Catalog` (raises :class:`CatalogError`)."""
-    root = Path(root) if root is not None else model_root()
+def _static_models(path: Path, root: Path, scope: str | None) -> list[Model]:
+    shown = _shown(path, root)
+    models = [model_from_entry(entry, source=shown, index=index)
+              for index, entry in enumerate(_entries(_read_json(path, root), shown))]
+    return models if scope is None else [_reroot(model, scope) for model in models]
+
+
+def load_catalog(root: Path | None = None, environ: Mapping[str, str] | None = None) -> Catalog:
+    """Read every source under ``root`` into a :class:`Catalog` (raises :class:`CatalogError`).
+
+    ``environ`` (default ``os.environ``) gives ``MODEL_DIR`` when ``root`` is None and the cache
+    of validated files (:mod:`madengine.catalog.cache`)."""
+    from madengine.core.gcpause import collector_paused
+
+    environ = os.environ if environ is None else environ
+    root = Path(root) if root is not None else model_root(environ)
     if not root.is_dir():
         raise CatalogError("model repository folder not found", path=str(root), hint="check MODEL_DIR")
+    with collector_paused():
+        return _load(root, environ)
+
+
+def _load(root: Path, environ: Mapping[str, str]) -> Catalog:
+    from madengine.catalog.cache import CatalogCache
+
+    cache = CatalogCache.for_root(root.resolve(), environ)
     models: list[Model] = []
     dynamic: dict[str, CustomModel] = {}
     root_json = root / "models.json"
     scripts_dir = root / "scripts"
     if root_json.exists():  # a folder of that name is an error, not an absent file
-        shown = _shown(root_json, root)
-        for index, entry in enumerate(_entries(_read_json(root_json, root), shown)):
-            models.append(model_from_entry(entry, source=shown, index=index))
+        models.extend(cache.models(root_json, _shown(root_json, root),
+                                   functools.partial(_static_models, root_json, root, None)))
     elif not scripts_dir.is_dir():
         raise CatalogError("no models.json and no scripts/ folder here", path=str(root),
                            hint="run from a model repository or set MODEL_DIR to one")
@@ -191,9 +215,8 @@ def load_catalog(root: Path | None = None) -> Catalog:
                 raise CatalogError("has both models.json and get_models_json.py", path=_shown(folder, root),
                                    hint="keep one of the two")
             if has_json:
-                shown = _shown(json_path, root)
-                for index, entry in enumerate(_entries(_read_json(json_path, root), shown)):
-                    models.append(_reroot(model_from_entry(entry, source=shown, index=index), scope))
+                models.extend(cache.models(json_path, _shown(json_path, root),
+                                           functools.partial(_static_models, json_path, root, scope)))
             elif has_py:
                 for model, custom in _load_dynamic(py_path, scope, root):
                     models.append(model)
@@ -204,4 +227,5 @@ def load_catalog(root: Path | None = None) -> Catalog:
             raise CatalogError(f"model name '{model.name}' is defined twice (also in {seen[model.name]})",
                                path=model.source, hint="model names must be unique")
         seen[model.name] = model.source
+    cache.save()
     return Catalog(root=root, models=models, dynamic=dynamic)

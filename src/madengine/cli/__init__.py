@@ -120,6 +120,7 @@ def add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
+    owns_process = env is None  # the madengine program itself, not a caller with its own process
     env = env or Environment()
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
@@ -136,6 +137,10 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     if not args.command:
         parser.print_help(env.stderr)
         return int(ExitStatus.BAD_INPUT)
+    if owns_process:
+        from madengine.core.gcpause import own_the_process
+
+        own_the_process()
     debug = args.debug or env.debug
     handler = args.handler
     try:

@@ -6,7 +6,6 @@ writes 10,000-model catalogs several times faster. Errors are normalised to ``js
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,8 @@ def loads(data: bytes | str) -> Any:
             if "depth limit" in str(exc):
                 raise RecursionError("JSON nested too deeply") from None
             # else re-parse with json for its line/column message
+    import json  # the standard library only where orjson is absent or for its messages
+
     return json.loads(data)
 
 
@@ -56,6 +57,8 @@ def dumps(value: Any, indent: bool = False) -> str:
             return _orjson.dumps(value).decode()
         except TypeError:
             pass  # non-str keys or exotic types: fall back
+    import json
+
     return json.dumps(value, indent=1 if indent else None)
 
 
@@ -66,6 +69,8 @@ def json_problem(exc: BaseException) -> tuple[str, str]:
     more than Python's 4,300-digit conversion limit (``ValueError``) and nesting deeper than the
     recursion limit (``RecursionError``).
     """
+    import json
+
     if isinstance(exc, json.JSONDecodeError):
         return f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", "fix the JSON syntax"
     if isinstance(exc, UnicodeDecodeError):

@@ -4,7 +4,8 @@
 ``$XDG_CACHE_HOME/madengine``, else ``~/.cache/madengine``. It holds
 
 * ``onnx/`` and ``tensorrt/``: prepared models of ``.onnx`` files (:mod:`.prepared`);
-* ``builds/<build>/``: ONNX builds of the PyTorch models found in scripts (:mod:`.builds`).
+* ``builds/<build>/``: ONNX builds of the PyTorch models found in scripts (:mod:`.builds`);
+* ``catalog/``: validated model catalogs (:mod:`madengine.catalog.cache`).
 
 Deleting the folder (or ``madengine cache delete --all``) is always safe: everything in it is
 made again when needed.
@@ -12,19 +13,9 @@ made again when needed.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Mapping
+from madengine.core.cachedir import cache_root
 
 #: the sub-folders madengine writes under the cache root
-CACHE_FOLDERS = ("builds", "onnx", "tensorrt")
+CACHE_FOLDERS = ("builds", "onnx", "tensorrt", "catalog")
 
-
-def cache_root(environ: Mapping[str, str], override: str | Path | None = None) -> Path:
-    """The cache folder: ``override`` (``--cache-dir``), else the environment's choice (module doc)."""
-    if override:
-        return Path(override).expanduser()
-    if environ.get("MADENGINE_CACHE_DIR"):
-        return Path(environ["MADENGINE_CACHE_DIR"]).expanduser()
-    if environ.get("XDG_CACHE_HOME"):
-        return Path(environ["XDG_CACHE_HOME"]).expanduser() / "madengine"
-    return Path.home() / ".cache" / "madengine"
+__all__ = ["CACHE_FOLDERS", "cache_root"]

@@ -121,7 +121,7 @@ def _delete(args: argparse.Namespace, env: Environment, root: Path) -> ExitStatu
     if args.all:
         for name in CACHE_FOLDERS:
             shutil.rmtree(root / name, ignore_errors=True)
-        env.message(f"madengine: deleted every build and prepared model in {root}")
+        env.message(f"madengine: deleted every build, prepared model and catalog cache in {root}")
         return ExitStatus.OK
     unknown = [name for name in args.names if not build_folder(root, name).is_dir()]
     if unknown:

@@ -27,7 +27,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.catalog import list_catalog, load_catalog, select_models
 
-    catalog = load_catalog()
+    catalog = load_catalog(environ=env.environ)
     if args.tags:
         models = select_models(catalog, args.tags)  # an invalid selected model is an error (exit 2)
     else:
@@ -36,8 +36,10 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
             env.message(f"madengine: warning: not listed: {error}")
     if args.json:
         from madengine.core import jsonio
+        from madengine.core.gcpause import collector_paused
 
-        env.data(jsonio.dumps([m.to_dict() for m in models], indent=args.pretty))
+        with collector_paused():  # 10,000 short-lived dicts: not worth scanning for cycles
+            env.data(jsonio.dumps([m.to_dict() for m in models], indent=args.pretty))
         return ExitStatus.OK
     from madengine.cli.render import table
 

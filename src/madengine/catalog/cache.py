@@ -1,0 +1,141 @@
+"""A cache of validated catalog files: a 10,000-model catalog loads without validating it again.
+
+Validation is the hot loop of every ``discover`` and ``run``. Each static ``models.json`` is
+validated once per change: the cache keeps its validated models under the file's stat (size,
+mtime, ctime, inode, device), and the whole cache under the stat of the code that validates. A
+write to the file changes its ctime, so an edit is always seen, even one that restores the mtime.
+
+``get_models_json.py`` sources are never cached: they run the repository's code on every load.
+
+The cache is ``<cache>/catalog/<hash of the root>.json`` (``<cache>``: :func:`cache_root`).
+``MADENGINE_CATALOG_CACHE=0`` turns it off. A missing, stale, corrupt or unwritable cache only
+costs the validation it would have saved; it never changes a result or fails a command.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from madengine.catalog.schema import Model
+from madengine.core import jsonio
+from madengine.core.cachedir import cache_root
+from madengine.core.redact import register_url_secrets
+
+_FORMAT = 1
+
+
+def _file_key(stat: os.stat_result) -> list[int]:
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, stat.st_dev]
+
+
+def _code_key() -> list[Any]:
+    """The validating code's identity: an edited schema (an editable install) drops the cache."""
+    key: list[Any] = [_FORMAT]
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("schema.py", "sources.py", "cache.py"):
+        try:
+            key.extend(_file_key(os.stat(os.path.join(here, name))))
+        except OSError:  # run from a zip or without sources: the format number alone
+            key.append(name)
+    return key
+
+
+class CatalogCache:
+    """The validated models of a catalog's static files, by file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._code = _code_key() if path is not None else []
+        self._files: dict[str, Any] = self._read() if path is not None else {}
+        self._dirty = False
+
+    @classmethod
+    def for_root(cls, root: Path, environ: Mapping[str, str]) -> "CatalogCache":
+        if environ.get("MADENGINE_CATALOG_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+            return cls(None)
+        # two roots sharing a name only share a file: entries are keyed by each file's full path
+        digest = zlib.crc32(str(root).encode("utf-8", "surrogateescape"))
+        return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.json")
+
+    def models(self, path: Path, shown: str, validate: Callable[[], list[Model]]) -> list[Model]:
+        """The validated models of ``path``: from the cache when the file is unchanged, else
+        ``validate()`` (whose errors propagate) and remembered."""
+        if self.path is None:
+            return validate()
+        key = str(path)
+        try:
+            stat_key = _file_key(os.stat(path))
+        except OSError:
+            return validate()  # the loader reports what is wrong with the file
+        cached = self._files.get(key)
+        if type(cached) is dict and cached.get("stat") == stat_key:
+            models = _revived(cached.get("models"), shown)
+            if models is not None:
+                return models
+        models = validate()
+        self._files[key] = {"stat": stat_key, "models": [_stored(model) for model in models]}
+        self._dirty = True
+        return models
+
+    def save(self) -> None:
+        """Write the cache when anything was validated; a failure to write is only a lost saving."""
+        if self.path is None or not self._dirty:
+            return
+        import tempfile
+
+        try:
+            text = jsonio.dumps({"code": self._code, "files": self._files})
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=".catalog-", dir=self.path.parent)
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8", errors="surrogatepass") as out:
+                    out.write(text)
+                os.replace(temporary, self.path)  # concurrent commands each write a whole file
+            except BaseException:
+                os.unlink(temporary)
+                raise
+        except (OSError, TypeError, ValueError, UnicodeError):
+            pass
+        self._dirty = False
+
+    def _read(self) -> dict[str, Any]:
+        assert self.path is not None
+        try:
+            with open(self.path, "rb") as handle:
+                data = jsonio.loads(handle.read())
+        except (OSError, ValueError, RecursionError):
+            return {}
+        if type(data) is not dict or data.get("code") != self._code or type(data.get("files")) is not dict:
+            return {}
+        return data["files"]
+
+
+#: a model is stored as its values in this order: no keys to parse, and the revived state's keys
+#: are these interned names, which the hot lookups of selection and output depend on
+_STORED_FIELDS = tuple(name for name in Model.__dataclass_fields__ if name != "source")
+
+
+def _stored(model: Model) -> list[Any]:
+    state = model.__dict__
+    return [state[name] for name in _STORED_FIELDS]
+
+
+def _revived(rows: Any, shown: str) -> list[Model] | None:
+    if type(rows) is not list:
+        return None
+    models = []
+    width = len(_STORED_FIELDS)
+    for values in rows:
+        if type(values) is not list or len(values) != width:
+            return None
+        state = dict(zip(_STORED_FIELDS, values))
+        state["source"] = shown
+        if "@" in state["url"]:  # its password must stay masked, as on a validating load
+            register_url_secrets(state["url"])
+        model = object.__new__(Model)
+        model.__dict__ = state
+        models.append(model)
+    return models
