@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Mapping
 
 from madengine.core.errors import MadEngineError
-from madengine.database import rows as rowlib
-from madengine.database.api import open_store
-from madengine.database.sql import DEFAULT_TABLE
 from madengine.database.urls import DbUrl, parse_url
+
+# the store, its drivers and the row helpers are imported when a recorder is made: every
+# ``run`` asks recorder_url(), few record into a database
 
 ENV_VARIABLE = "MADENGINE_DB_URL"
 
@@ -36,12 +36,15 @@ def recorder_url(db_url: str | None, environ: Mapping[str, str]) -> DbUrl | None
 class LiveRecorder:
     """Inserts perf.csv rows one at a time, as they are appended to perf.csv."""
 
-    def __init__(self, url: DbUrl, environ: Mapping[str, str], table: str = DEFAULT_TABLE,
-                 window: int = rowlib.BASELINE_WINDOW) -> None:
+    def __init__(self, url: DbUrl, environ: Mapping[str, str], table: str | None = None,
+                 window: int | None = None) -> None:
+        from madengine.database import rows as rowlib
+        from madengine.database.sql import DEFAULT_TABLE
+
         self.url = url
         self.environ = environ
-        self.table = table
-        self.window = window
+        self.table = table or DEFAULT_TABLE
+        self.window = rowlib.BASELINE_WINDOW if window is None else window
         self.recorded = 0
         self.stopped = ""  #: why recording stopped ('' while it goes on)
         self._table_checked = False
@@ -51,6 +54,9 @@ class LiveRecorder:
         """Insert one row (its perf.csv cells); the warning to show when the database failed, once."""
         if self.stopped:
             return None
+        from madengine.database import rows as rowlib
+        from madengine.database.api import open_store
+
         # the cells as perf.csv gives them back (read_rows strips them): the same content key
         row = rowlib.to_import_rows([{k: str(v).strip() for k, v in cells.items()}], self._seen)[0]
         try:

@@ -41,6 +41,14 @@ class BuildImages:
                 for d in dockerfiles]
 
     def obtain(self, target: Target) -> ImageInfo:
-        self.reporter.message(f"madengine: building {target.key} from {target.docker_file}")
-        return self.builder.build(target.key, target.source, self.run_dir / target.key / "build.log",
+        self.reporter.message(f"madengine: image {target.key} from {target.docker_file}")
+        info = self.builder.build(target.key, target.source, self.run_dir / target.key / "build.log",
                                   self.live(target.key))
+        skipped = _SKIPPED.get(info.how)
+        if skipped:  # said, so that a skipped build is never a surprise
+            self.reporter.message(f"madengine: {target.key} {skipped}; --rebuild forces a build")
+        return info
+
+
+_SKIPPED = {"up to date": "is up to date (its build inputs are unchanged)",
+            "tagged": "is tagged from an image built from the same inputs"}
