@@ -20,6 +20,7 @@ from conftest import BASE_IMAGE, IN_CI, REPO, require_service
 from test_bench_harness import build_mlp
 from test_data_servers import s3_server  # noqa: F401  (fixture)
 
+from madengine.results import read_rows
 from madengine.bench.backends import get_backend
 
 FAST = ("--warmup", "1", "--iterations", "3", "--threads", "1")
@@ -165,6 +166,9 @@ def test_perturbed_graph_is_a_mismatch_with_the_output_named(cli, tmp_path, monk
     cells = cells_of(json.loads(ok.stdout))
     assert list(cells) == [("mlp", "onnxruntime-cpu-opt-all")]  # the oracle is not a timed cell
     assert cells[("mlp", "onnxruntime-cpu-opt-all")]["status"] == "PASS"
+    # the command line recorded is the one this (in-process) command ran, not the test runner's
+    [row] = read_rows(perf)
+    assert row["command_line"].startswith("madengine scorecard ") and str(suite) in row["command_line"]
     from madengine.bench.backends import cell as cell_module
 
     original = cell_module.run_cell

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
 import re
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from madengine.bench import cache as prepared_cache
 from madengine.bench.columns import bench_columns, performance
-from madengine.bench.harness import HarnessError, HarnessInputError
-from madengine.bench.harness import engine
+from madengine.bench.harness import HarnessError, HarnessInputError, engine
 from madengine.bench.harness.inputs import InputSpec, parse_axes, parse_shapes, resolve_shapes
+from madengine.bench.recording import Recording
 from madengine.bench.spans import PhaseSpans, add_ort_profile, model_attributes
 from madengine.bench.suite import ModelEntry, entry_from_path, load_suite
 from madengine.core.clock import utc_now
@@ -42,7 +41,7 @@ METRICS = tuple(engine.METRICS)
 
 
 @dataclasses.dataclass
-class BenchRequest:
+class BenchRequest(Recording):
     """Everything ``madengine bench`` was asked (the CLI's flags, already typed)."""
 
     models: list[str] = dataclasses.field(default_factory=list)
@@ -58,13 +57,7 @@ class BenchRequest:
     seed: int = 0
     profile: bool = False
     metric: str = "throughput"
-    output: Path = Path("perf.csv")
-    runs_dir: Path = Path("madengine_runs")
     use_cache: bool = True
-    command_line: str = ""
-    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
-    trace: bool = True  # --no-trace turns it off
-    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
 
 @dataclasses.dataclass

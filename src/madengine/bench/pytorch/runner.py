@@ -33,19 +33,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
 from madengine.bench.columns import bench_columns, performance, set_column, significant
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
-from madengine.bench.pytorch.results import (
-    BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult,
-)
+from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
+from madengine.bench.recording import Recording
 from madengine.bench.runner import folder_name, gpu_architecture, unused_folder
 from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.core.clock import utc_now
@@ -65,7 +63,7 @@ FP16_TOLERANCE = (2e-2, 2e-2)
 
 
 @dataclasses.dataclass
-class ScriptRequest:
+class ScriptRequest(Recording):
     """Everything ``madengine bench SCRIPT.py ...`` (or the API) was asked, typed."""
 
     scripts: list[str] = dataclasses.field(default_factory=list)  # SCRIPT.py or SCRIPT.py::HASH1,HASH2
@@ -88,12 +86,6 @@ class ScriptRequest:
     metric: str = "throughput"
     atol: float | None = None
     rtol: float | None = None
-    output: Path | None = Path("perf.csv")
-    runs_dir: Path = Path("madengine_runs")
-    command_line: str = ""
-    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
-    trace: bool = True  # --no-trace turns it off
-    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
 
 @dataclasses.dataclass

@@ -24,11 +24,10 @@ model_step instead. trace.json goes to the run folder after each model (docs/tra
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from madengine.bench.backends import BACKEND_IDS, CPU_BACKENDS, GPU_BACKENDS
 from madengine.bench.backends.cell import ERROR as CELL_ERROR
@@ -37,6 +36,7 @@ from madengine.bench.correctness import Tolerance, Verdict, compare_outputs
 from madengine.bench.harness import HarnessInputError
 from madengine.bench.harness.engine import DEFAULT_WARMUP, sha256_file
 from madengine.bench.harness.inputs import generate, resolve_shapes, shapes_text
+from madengine.bench.recording import Recording
 from madengine.bench.runner import trace_file_text
 from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, RECORD_STATUS, STATUSES, UNSUPPORTED
 from madengine.bench.spans import PhaseSpans, model_attributes
@@ -63,7 +63,7 @@ SCORECARD_COLUMNS = (
 
 
 @dataclasses.dataclass
-class ScorecardRequest:
+class ScorecardRequest(Recording):
     """Everything ``madengine scorecard`` was asked (the CLI's flags, already typed)."""
 
     suite: str
@@ -77,12 +77,6 @@ class ScorecardRequest:
     atol: float | None = None  # for models that set no tolerance of their own
     rtol: float | None = None
     image: str | None = None
-    output: Path = Path("perf.csv")
-    runs_dir: Path = Path("madengine_runs")
-    command_line: str = ""
-    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
-    trace: bool = True  # --no-trace turns it off
-    trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
 
 
 @dataclasses.dataclass
@@ -332,6 +326,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
                         summary, reporter, time.monotonic(), tracer, span)
         return
     import onnx  # noqa: F401 - declared_signature needed it already; the feeds need numpy
+
     from madengine.bench.runner import declared_signature
 
     feeds = generate(declared_signature(entry.path) or [], card.shapes, request.seed)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from madengine.cli.commands.bench import add_timing_arguments, tolerance, trace_note
@@ -79,7 +77,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         suite=args.suite, backends=args.backends, warmup=args.warmup, iterations=args.iterations,
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
         rtol=args.rtol, image=args.image, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
-        command_line=" ".join(shlex.quote(a) for a in ["madengine", *sys.argv[1:]]), environ=dict(env.environ),
+        command_line=env.host().command_line, environ=dict(env.environ),
         **trace_settings(args))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
     if db_url:
