@@ -151,6 +151,9 @@ def test_not_installed_backend_says_how_to_install(tmp_path):
     class Absent(backends.Backend):
         id, module, install_hint = "absent", "madengine_no_such_backend_module", "pip install absent-backend"
 
+        def prepare(self, model, shapes, threads=None):
+            raise AssertionError("a backend that is not installed is never prepared")
+
     assert Absent().missing() == "pip install absent-backend" and Absent().version() == ""
     with pytest.raises(BackendUnsupported, match="absent is not installed .pip install absent-backend."):
         measure_backend(Absent(), tmp_path / "m.onnx", {}, {})

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import IN_CI
+from conftest import IN_CI, require_service
 from madengine import tracing
 from madengine.core.redact import MASK, register_secret
 from madengine.tracing import chrome, convert, names
@@ -382,8 +382,11 @@ def test_perfetto_trace_processor_loads_the_file(tmp_path):
 # --- converters --------------------------------------------------------------------------------
 
 def test_ort_profile_becomes_child_spans_of_the_inference_span(tmp_path):
-    ort = pytest.importorskip("onnxruntime", reason="installed by the onnx extra (pip install -e '.[all]'); "
-                                                    "CI installs it, so this skip only happens off CI")
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        ort = None
+    require_service("onnxruntime", ort is not None, "installed by the onnx extra: pip install -e '.[all]'")
     import numpy as np
 
     from test_bench_harness import build_mlp

@@ -14,6 +14,7 @@ inside methods), no other madengine import, so the same code runs inside a conta
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import os
@@ -43,26 +44,26 @@ class BackendUnsupported(BackendError):
         self.operator = operator
 
 
-class Session:
+class Session(abc.ABC):
     """A prepared model on one backend (subclasses implement ``run`` and ``bind``)."""
 
     #: the backend's own description of what it prepared (providers used, target, precision, ...)
     details: dict[str, Any]
 
+    @abc.abstractmethod
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """One inference: input name → numpy array in, output name → numpy array out."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def bind(self, feeds: Mapping[str, Any]) -> Callable[[], Any]:
         """The zero-argument call the timing loop repeats: the backend's own inference call with
         ``feeds`` converted once (e.g. ``functools.partial(session.run, None, feeds)``)."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Release the backend's resources (default: nothing to do)."""
 
 
-class Backend:
+class Backend(abc.ABC):
     """One way to run ONNX models. Subclasses set the class attributes and implement ``prepare``."""
 
     #: the perf.csv ``backend`` column value, e.g. ``onnxruntime-cpu-opt-all``
@@ -92,10 +93,10 @@ class Backend:
         except Exception:
             return ""
 
+    @abc.abstractmethod
     def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
         """Load and compile ``model`` (an .onnx file) for inputs of ``shapes``; ``threads`` = intra-op
         threads (None: the backend's default). Raises BackendUnsupported / BackendError."""
-        raise NotImplementedError
 
     def require_installed(self) -> None:
         hint = self.missing()
