@@ -3,6 +3,7 @@ MAD_* environment, and the translation of additional_docker_run_options."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -36,25 +37,52 @@ def test_nvidia_gets_device_requests_for_its_gpus(tmp_path):
     ctx = _context("NVIDIA", 4)
     gpus = resolve_gpus(model, ctx)
     args = DockerExecutor(client=None, images=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, gpus, "r", "docker", {}), gpus))
-    (request,) = args["device_requests"]
+    host = args["HostConfig"]
+    (request,) = host["DeviceRequests"]
     assert request["DeviceIDs"] == ["0", "1"] and request["Capabilities"] == [["gpu"]]
-    assert "devices" not in args and "privileged" not in args and "cap_add" not in args
+    assert "Devices" not in host and "Privileged" not in host and "CapAdd" not in host
 
 
 def test_amd_gets_kfd_and_render_nodes(tmp_path):
     model = _model(n_gpus="1")
     ctx = _context("AMD", 2)
     args = DockerExecutor(client=None, images=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [0], "r", "docker", {}), [0]))
-    assert args["devices"][0] == "/dev/kfd:/dev/kfd:rwm" and "device_requests" not in args
+    host = args["HostConfig"]
+    assert host["Devices"][0] == {"PathOnHost": "/dev/kfd", "PathInContainer": "/dev/kfd", "CgroupPermissions": "rwm"}
+    assert "DeviceRequests" not in host
 
 
 def test_cpu_gets_no_devices_and_least_privilege(tmp_path):
     model = _model()
     ctx = _context("CPU", 0)
     args = DockerExecutor(client=None, images=None)._create_args(_spec(tmp_path, model, model_env(model, ctx, [], "r", "docker", {}), []))
-    for key in ("devices", "device_requests", "privileged", "cap_add", "security_opt", "network_mode", "ipc_mode"):
-        assert key not in args
-    assert args["volumes"][str(tmp_path.resolve())] == {"bind": "/myworkspace", "mode": "rw"}
+    host = args["HostConfig"]
+    for key in ("Devices", "DeviceRequests", "Privileged", "CapAdd", "SecurityOpt", "NetworkMode", "IpcMode"):
+        assert key not in host
+    assert host["Binds"][0] == f"{tmp_path.resolve()}:/myworkspace:rw" and host["Init"] is True
+    assert args["User"] == f"{os.getuid()}:{os.getgid()}" and "MAD_MODEL_NAME=m" in args["Env"]
+
+
+def test_model_options_reach_the_engine_fields(tmp_path):
+    model = _model(additional_docker_run_options="--shm-size 8G --ipc=host --cap-add SYS_PTRACE -e A=1 "
+                                                 "-v /data:/data:ro --device /dev/fuse --ulimit memlock=-1:-1 "
+                                                 "-u 0:0 --memory 512m --cpus 1.5 --tmpfs /scratch:size=1g")
+    ctx = _context("CPU", 0)
+    args = DockerExecutor(client=None, images=None)._create_args(
+        _spec(tmp_path, model, model_env(model, ctx, [], "r", "docker", {}), []))
+    host = args["HostConfig"]
+    assert host["ShmSize"] == 8 << 30 and host["IpcMode"] == "host" and host["CapAdd"] == ["SYS_PTRACE"]
+    assert host["Memory"] == 512 << 20 and host["NanoCpus"] == 1_500_000_000
+    assert host["Ulimits"] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
+    assert host["Devices"] == [{"PathOnHost": "/dev/fuse", "PathInContainer": "/dev/fuse", "CgroupPermissions": "rwm"}]
+    assert host["Tmpfs"] == {"/scratch": "size=1g"} and "/data:/data:ro" in host["Binds"]
+    assert args["User"] == "0:0" and "A=1" in args["Env"]
+
+
+@pytest.mark.parametrize("text", ["8Q", "lots", "0", "-5m", ""])
+def test_bad_sizes_name_the_option(text):
+    with pytest.raises(ExecutionError, match="--shm-size"):
+        parse_run_options(f"--shm-size={text}")
 
 
 def test_gpu_resolution():
@@ -82,7 +110,7 @@ def test_mad_environment():
 def test_run_options_translation():
     opts = parse_run_options("--shm-size 8G --ipc=host --cap-add SYS_PTRACE --cap-add SYS_ADMIN -e A=1 "
                              "-v /data:/data:ro --device /dev/fuse --ulimit memlock=-1:-1 --privileged -u 0:0")
-    assert opts["shm_size"] == "8G" and opts["ipc_mode"] == "host" and opts["cap_add"] == ["SYS_PTRACE", "SYS_ADMIN"]
+    assert opts["shm_size"] == 8 << 30 and opts["ipc_mode"] == "host" and opts["cap_add"] == ["SYS_PTRACE", "SYS_ADMIN"]
     assert opts["environment"] == {"A": "1"} and opts["volumes"] == {"/data": {"bind": "/data", "mode": "ro"}}
     assert opts["devices"] == ["/dev/fuse"] and opts["privileged"] is True and opts["user"] == "0:0"
     with pytest.raises(ExecutionError, match="unsupported option '--mount'"):

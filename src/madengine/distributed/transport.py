@@ -72,7 +72,7 @@ def login(client: Any, registry: str, auth: RegistryAuth | None) -> None:
     if auth is None:
         return
     try:
-        client.login(username=auth.username, password=auth.password, registry=registry_host(registry),
+        client.sdk.login(username=auth.username, password=auth.password, registry=registry_host(registry),
                      reauth=True)
     except Exception as exc:
         text = redact(str(exc))
@@ -95,17 +95,17 @@ def _stream_errors(chunks: Iterable[dict[str, Any]]) -> tuple[str, dict[str, Any
 
 def push(client: Any, image_id: str, repository: str, tag: str, auth: RegistryAuth | None) -> str:
     """Push ``image_id`` as ``repository:tag``; returns ``repository@sha256:...`` (what a run pulls)."""
-    client.api.tag(image_id, repository, tag)
+    client.sdk.api.tag(image_id, repository, tag)
     try:
         try:
-            chunks = client.api.push(repository, tag=tag, stream=True, decode=True,
+            chunks = client.sdk.api.push(repository, tag=tag, stream=True, decode=True,
                                      auth_config=auth.config() if auth else None)
             error, aux = _stream_errors(chunks)
         except Exception as exc:
             error, aux = str(exc), {}
     finally:
         try:  # the registry-named tag is only a vehicle; the manifest names the image by digest
-            client.api.remove_image(f"{repository}:{tag}")
+            client.sdk.api.remove_image(f"{repository}:{tag}")
         except Exception:
             pass
     if error:
@@ -119,7 +119,7 @@ def push(client: Any, image_id: str, repository: str, tag: str, auth: RegistryAu
 def pull(client: Any, reference: str, auth: RegistryAuth | None) -> None:
     repository, _, digest = reference.partition("@")
     try:
-        chunks = client.api.pull(repository, tag=digest or "latest", stream=True, decode=True,
+        chunks = client.sdk.api.pull(repository, tag=digest or "latest", stream=True, decode=True,
                                  auth_config=auth.config() if auth else None)
         error, _ = _stream_errors(chunks)
     except Exception as exc:
@@ -142,7 +142,7 @@ def save(client: Any, image_id: str, folder: Path, name: str) -> Path:
     tmp = folder / f".{name}.{os.getpid()}.{threading.get_ident()}.part"
     try:
         with open(tmp, "wb") as handle:
-            for chunk in client.images.get(image_id).save(named=True):
+            for chunk in client.sdk.images.get(image_id).save(named=True):
                 handle.write(chunk)
         os.replace(tmp, target)
     except Exception as exc:
@@ -154,7 +154,7 @@ def save(client: Any, image_id: str, folder: Path, name: str) -> Path:
 def load(client: Any, path: Path) -> None:
     try:
         with open(path, "rb") as handle:
-            client.images.load(handle)
+            client.sdk.images.load(handle)
     except OSError as exc:
         raise ExecutionError(f"cannot read image archive {path}: {exc.strerror}") from None
     except Exception as exc:
@@ -163,7 +163,7 @@ def load(client: Any, path: Path) -> None:
 
 def has_image(client: Any, image_id: str) -> bool:
     try:
-        client.images.get(image_id)
+        client.inspect_image(image_id)
         return True
     except Exception:
         return False

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 
 from madengine.core.errors import BuildError
 from madengine.core.redact import redact
+from madengine.execution.engine import Engine, EngineError
 from madengine.execution.executor import ImageInfo
 from madengine.execution.streams import LineSink
 
@@ -84,7 +85,7 @@ def inputs_digest(dockerfile_text: str, inputs: BuildInputs, base_id: str) -> st
 class DockerBuilder:
     """Builds (or finds up to date) the images of one run; thread-safe for ``--parallel``."""
 
-    def __init__(self, client: Any, *, pull: bool = False, no_cache: bool = False, rebuild: bool = False) -> None:
+    def __init__(self, client: Engine, *, pull: bool = False, no_cache: bool = False, rebuild: bool = False) -> None:
         self.client = client
         self.pull = pull
         self.no_cache = no_cache
@@ -136,14 +137,15 @@ class DockerBuilder:
         attrs = self._attrs(image)
         if ((attrs.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL) == digest:
             return ImageInfo(image=image, image_id=attrs["Id"], how="up to date")
-        same = self.client.api.images(filters={"label": f"{INPUTS_LABEL}={digest}"}, quiet=True)
+        same = self.client.image_ids(f"{INPUTS_LABEL}={digest}")
         if not same:
             return None
-        self.client.api.tag(same[0], image)
+        self.client.tag(same[0], image)
         return ImageInfo(image=image, image_id=same[0], how="tagged")
 
     def _build_now(self, image: str, inputs: BuildInputs, log_path: Path, live: Callable[[str], None] | None,
                    labels: dict[str, str]) -> str:
+        sdk = self.client.sdk  # imported here: only a build streams a tar archive to the engine
         from docker.errors import APIError, DockerException
 
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,7 +153,7 @@ class DockerBuilder:
         with open(log_path, "a", encoding="utf-8") as log:
             sink = LineSink(log, live, keep=False)
             try:
-                stream = self.client.api.build(
+                stream = sdk.api.build(
                     path=str(inputs.context_dir), dockerfile=str(Path(inputs.dockerfile).resolve()), tag=image,
                     buildargs=dict(inputs.build_args), nocache=self.no_cache, pull=self.pull, rm=True,
                     forcerm=True, decode=True, labels=labels)
@@ -175,20 +177,18 @@ class DockerBuilder:
             raise BuildError(f"build of {image} failed: the identical build failed earlier in this run "
                              f"({done.message})", log_path=str(log_path))
         started = time.monotonic()
-        self.client.api.tag(done.image_id, image)
+        self.client.tag(done.image_id, image)
         _log(log_path, f"=== madengine: same Dockerfile, build context and build args as {done.image} earlier in "
                        f"this run: tagged its image {done.image_id} as {image}\n")
         return dataclasses.replace(done, image=image, how="tagged", duration=time.monotonic() - started)
 
     def _attrs(self, name: str) -> dict[str, Any]:
         """``docker image inspect`` of ``name``; {} when the host has no such image."""
-        from docker.errors import APIError
-
         if not name:
             return {}
         try:
-            return self.client.api.inspect_image(name)
-        except APIError:  # not found, or not a valid reference (an unresolved ${ARG})
+            return self.client.inspect_image(name)
+        except EngineError:  # not found, or not a valid reference (an unresolved ${ARG})
             return {}
 
 

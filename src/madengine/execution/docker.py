@@ -1,4 +1,5 @@
-"""The docker executor: runs each model's steps in a container, through the Docker SDK for Python.
+"""The docker executor: runs each model's steps in a container, through the Engine API
+(:mod:`madengine.execution.engine`).
 
 The container's main process idles (``sleep infinity`` under the engine's init) and every step
 is an ``exec`` in it, so pre-scripts, the model script and post-scripts (and every repeat) share
@@ -20,13 +21,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from madengine.core.errors import EngineUnavailable, ExecutionError, ServiceError
 from madengine.core.redact import redact
 from madengine.core.spec import CONTAINER_WORKSPACE, RunSpec, Step
 from madengine.execution.build import last_line
-from madengine.execution.dockeropts import parse_run_options
+from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
+from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError
 from madengine.execution.executor import ImageInfo, ImageSource, Target
 from madengine.execution.streams import LineSink, StepResult, deadline
 
@@ -35,47 +37,31 @@ RUN_LABEL = "madengine.run"
 ENGINE_RETURN_WAIT = 20.0
 
 
-def _import_docker():
-    """``import docker`` without its optional SSH transport unless DOCKER_HOST asks for ssh://.
-
-    docker-py imports paramiko eagerly when it is installed (~0.2 s); madengine talks to the local
-    engine over its socket, so paramiko is kept out of that import (it stays importable for the
-    data providers that need it).
-    """
-    block = "paramiko" not in sys.modules and not os.environ.get("DOCKER_HOST", "").startswith("ssh://")
-    if block:
-        sys.modules["paramiko"] = None  # type: ignore[assignment]  # makes docker's optional import fail
+def connect(timeout: float = 5.0, hint: str = "start dockerd (scripts/docker-up.sh) or use --executor local",
+            environ: Mapping[str, str] | None = None) -> Engine:
+    """The engine ``DOCKER_HOST`` names, once it answered a ping; else :class:`ServiceError` saying
+    what to do (``hint``)."""
     try:
-        import docker
-    finally:
-        if block and sys.modules.get("paramiko", 0) is None:
-            del sys.modules["paramiko"]
-    return docker
-
-
-def connect(timeout: float = 5.0, hint: str = "start dockerd (scripts/docker-up.sh) or use --executor local"):
-    """A Docker client that answered a ping, or :class:`ServiceError` saying what to do (``hint``)."""
-    try:
-        docker = _import_docker()
+        engine = Engine.from_env(os.environ if environ is None else environ)
+        engine.timeout = timeout
+        engine.ping()
     except ImportError:
         raise ServiceError("the 'docker' Python package is not installed", hint="pip install docker") from None
-    try:
-        client = docker.from_env(timeout=max(timeout, 60))
-        client.ping()
-        return client
     except Exception as exc:
         raise ServiceError(f"no Docker engine answers ({type(exc).__name__})", hint=hint) from None
+    engine.timeout = max(timeout, CALL_TIMEOUT)
+    return engine
 
 
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, client: Any, images: ImageSource) -> None:
+    def __init__(self, client: Engine | None, images: ImageSource) -> None:
         self.client = client
         self.images = images
-        self._containers: dict[str, Any] = {}
+        self._containers: dict[str, _Container] = {}
         self._removals: list[threading.Thread] = []
-        self._unremoved: list[Any] = []
+        self._unremoved: list[_Container] = []
 
     # -- images ------------------------------------------------------------------------------
     def targets(self, model: Any) -> list[Target]:
@@ -89,68 +75,69 @@ class DockerExecutor:
 
     # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:
-        args = self._container_args(spec)
+        """The body of the engine's create call."""
+        config = self._container_args(spec)
         if spec.one_shot:  # the step is the container's own process
             step = spec.steps[0]
-            args.update(command=step.argv, working_dir=CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else ""),
-                        log_config={"type": "json-file"})  # readable whatever the engine's default driver
-            args["environment"] = {**args["environment"], **step.env}
-        return args
+            config["Cmd"] = list(step.argv)
+            config["WorkingDir"] = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
+            config["Env"] = config["Env"] + [f"{key}={value}" for key, value in step.env.items()]
+            config["HostConfig"]["LogConfig"] = {"Type": "json-file", "Config": {}}  # readable whatever the default
+        return config
 
     def _container_args(self, spec: RunSpec) -> dict[str, Any]:
-        from docker.types import DeviceRequest, Ulimit
-
         extra = parse_run_options(spec.model.additional_docker_run_options)
-        volumes = {str(spec.workdir.resolve()): {"bind": CONTAINER_WORKSPACE, "mode": "rw"}}
+        volumes = {str(spec.workdir.resolve()): f"{CONTAINER_WORKSPACE}:rw"}
         for mount in spec.mounts:
-            volumes[mount.host] = {"bind": mount.container, "mode": "ro" if mount.read_only else "rw"}
-        volumes.update(extra.pop("volumes", {}))
+            volumes[mount.host] = f"{mount.container}:{'ro' if mount.read_only else 'rw'}"
+        for host, bind in extra.pop("volumes", {}).items():
+            volumes[host] = f"{bind['bind']}:{bind['mode']}"
         environment = dict(spec.env)
         environment.update(extra.pop("environment", {}))
-        args: dict[str, Any] = {
-            "command": ["sleep", "infinity"], "detach": True, "init": True,
-            "working_dir": CONTAINER_WORKSPACE, "volumes": volumes, "environment": environment,
-            "user": f"{os.getuid()}:{os.getgid()}", "labels": {RUN_LABEL: spec.run_id},
+        host_config: dict[str, Any] = {"Binds": [f"{host}:{bind}" for host, bind in volumes.items()], "Init": True}
+        config: dict[str, Any] = {
+            "Image": spec.image, "Cmd": ["sleep", "infinity"], "WorkingDir": CONTAINER_WORKSPACE,
+            "Env": [f"{key}={value}" for key, value in environment.items()],
+            "User": f"{os.getuid()}:{os.getgid()}", "Labels": {RUN_LABEL: spec.run_id}, "HostConfig": host_config,
         }
         vendor = spec.env.get("MAD_GPU_VENDOR")
         gpus = extra.pop("gpus", None)
         if vendor == "NVIDIA" and (spec.gpu_ids or gpus):
             ids = [str(i) for i in spec.gpu_ids]
-            args["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])] if ids else \
-                [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+            host_config["DeviceRequests"] = [{"Driver": "", "Count": 0 if ids else -1, "DeviceIDs": ids or None,
+                                              "Capabilities": [["gpu"]], "Options": {}}]
         elif vendor == "AMD" and spec.gpu_ids:
-            devices = ["/dev/kfd:/dev/kfd:rwm"]
+            devices = [device_mapping("/dev/kfd")]
             groups = set()
             for path in ("/dev/kfd", *_render_nodes(spec.gpu_ids)):
                 if os.path.exists(path):
                     groups.add(os.stat(path).st_gid)
                     if path != "/dev/kfd":
-                        devices.append(f"{path}:{path}:rwm")
-            args["devices"] = devices
-            args["group_add"] = [str(g) for g in sorted(groups)]
-        if "ulimits" in extra:
-            extra["ulimits"] = [Ulimit(name=n, soft=s, hard=h) for n, s, h in extra["ulimits"]]
-        for key in ("devices", "group_add", "cap_add", "security_opt"):
-            if key in extra:
-                args[key] = list(args.get(key, [])) + extra.pop(key)
-        args.update(extra)
+                        devices.append(device_mapping(path))
+            host_config["Devices"] = devices
+            host_config["GroupAdd"] = [str(g) for g in sorted(groups)]
+        top, fields = engine_fields(extra)
+        for key in ("Devices", "GroupAdd", "CapAdd", "SecurityOpt"):
+            if key in fields:
+                fields[key] = list(host_config.get(key, [])) + fields[key]
+        host_config.update(fields)
+        config.update(top)
         if spec.cpus:  # a --parallel slot: the model's own CPUs
-            args["cpuset_cpus"] = ",".join(str(c) for c in spec.cpus)
-        return args
+            host_config["CpusetCpus"] = ",".join(str(c) for c in spec.cpus)
+        return config
 
     def start(self, spec: RunSpec) -> None:
-        from docker.errors import APIError, ImageNotFound
-
+        engine = self._engine()
+        name = container_name(spec)
         try:
             with engine_calls():
-                container = self.client.containers.create(spec.image, name=container_name(spec),
-                                                          **self._create_args(spec))
+                container = _Container(engine.create_container(name, self._create_args(spec)), name)
                 self._containers[spec.key] = container
-                container.start()
-        except ImageNotFound:
-            raise ExecutionError(f"image {spec.image} is not present on this host") from None
-        except APIError as exc:
-            raise ExecutionError(f"container could not start: {last_line(redact(str(exc)))}") from None
+                engine.start(container.id)
+        except EngineError as exc:
+            if exc.not_found and "image" in exc.message.lower():
+                raise ExecutionError(f"image {spec.image} is not present on this host") from None
+            raise ExecutionError(f"container could not start: {last_line(redact(exc.message))}") from None
 
     def run_step(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
         if spec.one_shot:
@@ -159,17 +146,16 @@ class DockerExecutor:
 
     def _run_main(self, spec: RunSpec, timeout: int | None, sink: LineSink) -> StepResult:
         """A one-shot container: its output from the start, its exit code, the engine's timing."""
+        engine = self._engine()
         container = self._containers[spec.key]
-        api = self.client.api
         started = time.monotonic()
         try:
             with deadline(timeout, lambda: self._kill(spec)) as timed_out, engine_calls():
                 # the log follows from the container's start to its exit (attaching could miss output
                 # written before it, and waits forever on a container that already ended)
-                for chunk in api.logs(container.id, stream=True, follow=True):
+                for chunk in engine.logs(container.id):
                     sink.feed(chunk)
-                code = api.wait(container.id).get("StatusCode")
-                state = api.inspect_container(container.id).get("State") or {}
+                state = _ended(engine, container.id)
         except KeyboardInterrupt as exc:
             self._kill(spec)
             sink.close()
@@ -180,26 +166,23 @@ class DockerExecutor:
             return StepResult(None, duration, sink.text(), timed_out=True)
         cause = "out of memory: the kernel's OOM killer stopped the model" + self._limit(container) \
             if state.get("OOMKilled") else ""
-        return StepResult(code, duration, sink.text(), cause=cause)
+        return StepResult(state.get("ExitCode"), duration, sink.text(), cause=cause)
 
-    def _limit(self, container: Any) -> str:
-        limit = (self.client.api.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
+    def _limit(self, container: "_Container") -> str:
+        limit = (self._engine().inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
         return f" at the container's memory limit of {_mib(limit)}" if limit else " (no container memory limit)"
 
     def _run_exec(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
-        from docker.errors import APIError
-
+        engine = self._engine()
         container = self._containers[spec.key]
-        api = self.client.api
         workdir = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
         started = time.monotonic()
         try:
             with engine_calls():
-                exec_id = api.exec_create(container.id, step.argv, workdir=workdir,
-                                          environment=step.env or None)["Id"]
-                stream = api.exec_start(exec_id, stream=True)
-        except APIError as exc:
-            return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(str(exc)))}")
+                exec_id = engine.exec_create(container.id, step.argv, workdir=workdir, environment=step.env or None)
+                stream = engine.exec_start(exec_id)
+        except EngineError as exc:
+            return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(exc.message))}")
         with deadline(timeout, lambda: self._kill(spec)) as timed_out:
             try:
                 for chunk in stream:
@@ -227,21 +210,20 @@ class DockerExecutor:
     def _finished(self, exec_id: str) -> dict[str, Any]:
         """``exec inspect`` once the step's main process has ended ({} if it never says so)."""
         for _ in range(100):
-            info = self.client.api.exec_inspect(exec_id)
+            info = self._engine().exec_inspect(exec_id)
             if not info.get("Running"):
                 return info
             time.sleep(0.02)
         return {}
 
-    def _oom(self, container: Any) -> str:
+    def _oom(self, container: "_Container") -> str:
         """'out of memory: ...' when the kernel's OOM killer struck in this container, else ''."""
-        from docker.errors import APIError
-
+        engine = self._engine()
         try:
-            probe = self.client.api.exec_create(container.id, ["cat", *_OOM_COUNTERS])["Id"]
-            text = self.client.api.exec_start(probe).decode("utf-8", "replace")
-            limit = (self.client.api.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
-        except APIError:
+            probe = engine.exec_create(container.id, ["cat", *_OOM_COUNTERS])
+            text = b"".join(engine.exec_start(probe)).decode("utf-8", "replace")
+            limit = (engine.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
+        except EngineError:
             return ""
         kills = [int(line.split()[1]) for line in text.splitlines()
                  if line.startswith("oom_kill ") and line.split()[1].isdigit()]
@@ -254,7 +236,8 @@ class DockerExecutor:
     def _kill(self, spec: RunSpec) -> None:
         container = self._containers.get(spec.key)
         if container is not None:
-            _best_effort(container.kill)
+            engine = self._engine()
+            _best_effort(lambda: engine.kill(container.id))
 
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
         """Remove the container in the background (the engine takes a while to tear it down, and
@@ -266,9 +249,10 @@ class DockerExecutor:
         removal.start()
         self._removals.append(removal)
 
-    def _remove(self, container: Any) -> None:
+    def _remove(self, container: "_Container") -> None:
+        engine = self._engine()
         try:
-            _ignore_gone(lambda: container.remove(force=True))
+            _ignore_gone(lambda: engine.remove(container.id))
         except Exception as exc:
             if not is_engine_gone(exc):
                 raise
@@ -281,26 +265,53 @@ class DockerExecutor:
         while self._removals:
             self._removals.pop().join()
         deadline = time.monotonic() + engine_wait
+        engine = self._engine() if self._unremoved else None
         while self._unremoved and time.monotonic() < deadline:
             try:
-                self.client.ping()
+                engine.ping()
             except Exception:
                 time.sleep(0.5)
                 continue
             for container in list(self._unremoved):
                 try:
-                    _ignore_gone(lambda: container.remove(force=True))
+                    _ignore_gone(lambda gone=container: engine.remove(gone.id))
                     self._unremoved.remove(container)
                 except Exception:
                     time.sleep(0.5)
         return [container.name for container in self._unremoved]
 
     def abort(self, run_id: str) -> None:
+        engine = self._engine()
+
         def kill_all() -> None:
-            for container in self.client.containers.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
-                _best_effort(container.kill)
+            for container in engine.container_ids(f"{RUN_LABEL}={run_id}"):
+                _best_effort(lambda running=container: engine.kill(running))
 
         _best_effort(kill_all)
+
+    def _engine(self) -> Engine:
+        assert self.client is not None, "a DockerExecutor without an engine only builds container bodies"
+        return self.client
+
+
+class _Container:
+    """A container this executor created: the engine's id and the name it was given."""
+
+    __slots__ = ("id", "name")
+
+    def __init__(self, container_id: str, name: str) -> None:
+        self.id = container_id
+        self.name = name
+
+
+def _ended(engine: Engine, container: str) -> dict[str, Any]:
+    """The State of a container whose output stream ended: inspected once it is no longer running
+    (the log stream can close a moment before the engine records the exit)."""
+    state = engine.inspect_container(container).get("State") or {}
+    if state.get("Running"):
+        engine.wait(container)
+        state = engine.inspect_container(container).get("State") or {}
+    return state
 
 
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -351,13 +362,20 @@ def _best_effort(action: Any) -> None:
 
 
 def is_engine_gone(exc: BaseException) -> bool:
-    """A failure to reach the engine at all (not an answer from it)."""
-    from docker.errors import APIError, DockerException
-    from requests.exceptions import RequestException
-
-    if isinstance(exc, APIError):
+    """A failure to reach the engine at all (not an answer from it). The SDK's errors can only
+    be raised once it is imported (builds, registry traffic), so only then are they looked at."""
+    if isinstance(exc, EngineError):
         return False
-    return isinstance(exc, (RequestException, ConnectionError, DockerException, OSError))
+    if isinstance(exc, OSError):
+        return True
+    sdk_errors = sys.modules.get("docker.errors")
+    if sdk_errors is not None:
+        if isinstance(exc, sdk_errors.APIError):
+            return False
+        if isinstance(exc, sdk_errors.DockerException):
+            return True
+    requests_errors = sys.modules.get("requests.exceptions")
+    return requests_errors is not None and isinstance(exc, requests_errors.RequestException)
 
 
 def describe(exc: BaseException) -> str:
@@ -378,14 +396,10 @@ def engine_calls() -> Iterator[None]:
 def _ignore_gone(action: Any) -> None:
     """Kill or remove a container that may already have stopped or gone (its own removal, a race
     with the engine's init): those answers mean the work is done, anything else is raised."""
-    from docker.errors import APIError, NotFound
-
     try:
         action()
-    except NotFound:
-        return
-    except APIError as exc:
-        if exc.status_code == 409:  # not running / removal already in progress
+    except EngineError as exc:
+        if exc.status in (404, 409):  # gone / not running / removal already in progress
             return
         raise
 

@@ -1,6 +1,9 @@
-"""Translate a model's ``additional_docker_run_options`` (docker CLI syntax) into Docker SDK
-arguments. Only options with a known, explicit meaning are accepted: an unknown option is an
-error naming it, never passed through a shell.
+"""Translate a model's ``additional_docker_run_options`` (docker CLI syntax) into the fields of the
+Engine API's container configuration. Only options with a known, explicit meaning are accepted: an
+unknown option is an error naming it, never passed through a shell.
+
+:func:`parse_run_options` reads the text into named values (``shm_size``, ``cap_add``, ...);
+:func:`engine_fields` places them in the create call's body (``HostConfig`` or the top level).
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ def parse_run_options(text: str) -> dict[str, Any]:
                 out[key] = int(_number(name, item, float, "a number of CPUs, e.g. 2 or 1.5") * 1e9)
             elif key == "pids_limit":
                 out[key] = _number(name, item, int, "a whole number of processes, or -1 for no limit")
+            elif key in _BYTE_VALUES:
+                out[key] = _bytes(name, item)
             else:
                 out[key] = item
         elif name in ("-e", "--env"):
@@ -83,6 +88,62 @@ def parse_run_options(text: str) -> dict[str, Any]:
                                                                         '-e', '-v', '--ulimit', '--gpus'})))
         i += 1
     return out
+
+
+_BYTE_VALUES = ("shm_size", "mem_limit", "memswap_limit")
+_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+#: parsed name → its field in the body's HostConfig (or, below, at the body's top level)
+_HOST_FIELDS = {"cap_add": "CapAdd", "cap_drop": "CapDrop", "security_opt": "SecurityOpt", "group_add": "GroupAdd",
+                "dns": "Dns", "tmpfs": "Tmpfs", "shm_size": "ShmSize", "ipc_mode": "IpcMode",
+                "network_mode": "NetworkMode", "cpuset_cpus": "CpusetCpus", "mem_limit": "Memory",
+                "memswap_limit": "MemorySwap", "pids_limit": "PidsLimit", "pid_mode": "PidMode",
+                "nano_cpus": "NanoCpus", "userns_mode": "UsernsMode", "runtime": "Runtime",
+                "privileged": "Privileged", "init": "Init", "read_only": "ReadonlyRootfs"}
+_TOP_FIELDS = {"user": "User", "hostname": "Hostname"}
+
+
+def engine_fields(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Parsed options (volumes, environment and gpus already taken out) as the body's top-level
+    fields and its ``HostConfig`` fields."""
+    top: dict[str, Any] = {}
+    host: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in _TOP_FIELDS:
+            top[_TOP_FIELDS[key]] = value
+        elif key == "devices":
+            host["Devices"] = [device_mapping(item) for item in value]
+        elif key == "ulimits":
+            host["Ulimits"] = [{"Name": n, "Soft": soft, "Hard": hard} for n, soft, hard in value]
+        else:
+            host[_HOST_FIELDS[key]] = value
+    return top, host
+
+
+def device_mapping(text: str) -> dict[str, str]:
+    """``/dev/x[:/dev/y[:rwm]]`` as the engine's device mapping."""
+    parts = text.split(":")
+    host_path = parts[0]
+    container_path = parts[1] if len(parts) > 1 and parts[1] else host_path
+    permissions = parts[2] if len(parts) > 2 and parts[2] else "rwm"
+    return {"PathOnHost": host_path, "PathInContainer": container_path, "CgroupPermissions": permissions}
+
+
+def _bytes(option: str, text: str) -> int:
+    """``8G``, ``512m``, ``1gb``, ``1048576`` or ``-1`` as bytes (units of 1024, as docker reads them)."""
+    value = text.strip().lower()
+    if value.endswith("b") and len(value) > 1 and value[-2] in "kmg":
+        value = value[:-1]
+    scale = _UNITS.get(value[-1:], 0) if value[-1:].isalpha() else 1
+    digits = value[:-1] if value[-1:].isalpha() else value
+    try:
+        number = float(digits) if scale else None
+    except ValueError:
+        number = None
+    if number is None or not (number > 0 or number == -1):
+        raise ExecutionError(f"additional_docker_run_options: {option} {text!r} is not valid",
+                             hint="write a size such as 8G, 512m or 1048576 (bytes)")
+    return int(number * scale)
 
 
 def _number(option: str, text: str, kind: type, what: str):

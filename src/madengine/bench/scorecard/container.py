@@ -31,14 +31,13 @@ class ContainerCells:
     """Runs cells in containers of ``image`` (a :data:`~madengine.bench.scorecard.runner.CellRunner`)."""
 
     def __init__(self, image: str, run_dir: Path, run_id: str, options: Mapping[str, Any]) -> None:
-        from docker.errors import ImageNotFound
-
         from madengine.execution.docker import DockerExecutor, connect
+        from madengine.execution.engine import EngineError
 
         client = connect()
         try:
-            client.images.get(image)
-        except ImageNotFound:
+            client.inspect_image(image)
+        except EngineError:
             raise InputError(f"image {image} is not present on this host", path="--image",
                              hint="build it (or docker pull it) first; the scorecard never pulls") from None
         self.executor = DockerExecutor(client, images=None)  # cells name their image; none is built
