@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from bytecode import compile_madengine
+
 
 def wall(argv: list[str], repeats: int = 15) -> float:
     times = []
@@ -22,6 +24,7 @@ def wall(argv: list[str], repeats: int = 15) -> float:
 
 
 def main() -> None:
+    compile_madengine()
     bare = wall([sys.executable, "-c", "pass"])
     help_time = wall([sys.executable, "-m", "madengine", "--help"])
     heavy = subprocess.run([sys.executable, "-c", "import sys, madengine.cli as c; c.build_parser(); "

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import compile_madengine
+
 BASE = os.environ.get("MADENGINE_BASE_IMAGE", "madengine-base:bookworm")
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 MODELS = int(os.environ.get("MODELS", "100"))
@@ -42,6 +44,7 @@ def timed(argv: list[str], cwd: Path) -> float:
 
 
 def main() -> None:
+    compile_madengine()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_repo(root)

@@ -31,6 +31,8 @@ TARGET = 0.55
 #: a fixed amount of single-threaded work (iterations calibrated once), so both modes do the same
 BUSY = r'''
 import sys
+
+from bytecode import compile_madengine
 n = int(sys.argv[1])
 x = 0
 for i in range(n):
@@ -72,6 +74,7 @@ def timed(argv: list[str], cwd: Path) -> float:
 
 
 def main() -> None:
+    compile_madengine()
     iterations = calibrate(WORK_SECONDS)
     root = Path(tempfile.mkdtemp(prefix="madengine-parallel-"))
     try:
