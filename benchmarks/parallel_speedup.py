@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import compile_madengine
+
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 MODELS = int(os.environ.get("MODELS", "8"))
 WORK_SECONDS = float(os.environ.get("WORK_SECONDS", "1.0"))
@@ -31,8 +33,6 @@ TARGET = 0.55
 #: a fixed amount of single-threaded work (iterations calibrated once), so both modes do the same
 BUSY = r'''
 import sys
-
-from bytecode import compile_madengine
 n = int(sys.argv[1])
 x = 0
 for i in range(n):
