@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from madengine.catalog import model_from_entry
 from madengine.context import Context
@@ -14,7 +16,7 @@ from madengine.core.errors import ExecutionError
 from madengine.core.spec import RunSpec
 from madengine.execution.build import base_image
 from madengine.execution.docker import DockerExecutor
-from madengine.execution.dockeropts import parse_run_options
+from madengine.execution.dockeropts import engine_fields, parse_run_options
 from madengine.execution.plan import model_env, resolve_gpus
 
 
@@ -124,3 +126,31 @@ def test_base_image_resolution():
     assert base_image(text, {}) == "rocm/pytorch:latest"
     assert base_image(text, {"BASE_DOCKER": "my/base:1"}) == "my/base:1"
     assert base_image("FROM --platform=linux/amd64 debian:12 AS b\n", {}) == "debian:12"
+
+
+_OPTION_WORDS = ["--shm-size", "--memory", "-m", "--memory-swap", "--cpus", "--pids-limit", "--ulimit", "--device",
+                 "--cap-add", "-e", "-v", "--tmpfs", "--ipc", "--network", "--privileged", "--init", "-u", "--gpus",
+                 "--mount", "--", "-"]
+_VALUES = ["8G", "512m", "1gb", "-1", "0", "1.5", "x", "", "nofile=1:2", "a=b", "/a:/b:ro", "/a", "host", "1e9",
+           "'", '"', "=", "ünï", "9" * 30]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_OPTION_WORDS), st.sampled_from(_VALUES),
+                          st.builds(lambda o, v: f"{o}={v}", st.sampled_from(_OPTION_WORDS), st.sampled_from(_VALUES)),
+                          st.text(max_size=8)), max_size=8))
+def test_any_option_text_is_fields_or_one_error(words):
+    """Whatever a model's additional_docker_run_options say: the engine's fields, or an
+    ExecutionError naming what is wrong (never another exception)."""
+    text = " ".join(words)
+    try:
+        options = parse_run_options(text)
+    except ExecutionError as exc:
+        assert "additional_docker_run_options" in str(exc)
+        return
+    for key in ("volumes", "environment", "gpus"):
+        options.pop(key, None)
+    top, host = engine_fields(options)
+    assert set(top) <= {"User", "Hostname"}
+    for name in ("ShmSize", "Memory", "MemorySwap"):
+        assert name not in host or type(host[name]) is int
