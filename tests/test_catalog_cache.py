@@ -54,6 +54,25 @@ def test_a_cached_load_gives_the_same_models_as_a_validating_one(repo, environ):
     assert load_catalog(repo, environ).models[0].tag_configs == []
 
 
+def test_a_cached_model_equals_the_validated_one_field_by_field(repo, environ):
+    fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
+    load_catalog(repo, environ)
+    cached = load_catalog(repo, environ)  # states stored sparse: absent fields read the class defaults
+    assert cached.models == fresh.models
+    assert cached.models[0].n_gpus == "1" and cached.models[0].timeout is None and cached.models[1].timeout == 30
+
+
+def test_a_partial_save_stores_revived_models_without_their_source(repo, environ):
+    load_catalog(repo, environ)
+    (repo / "scripts" / "sub" / "models.json").write_text(json.dumps([entry("d")]))
+    load_catalog(repo, environ)  # the root file revived, the sub file validated: the cache is written again
+    [cache] = cache_files(environ)
+    states = [state for file in json.loads(cache.read_text())["files"].values() for state in file["models"]]
+    assert [s["name"] for s in states] == ["a", "b", "sub/d"] and not any("source" in s for s in states)
+    fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
+    assert load_catalog(repo, environ).models == fresh.models
+
+
 def test_the_cache_is_used(repo, environ, monkeypatch):
     load_catalog(repo, environ)
     from madengine.catalog import sources

@@ -5,6 +5,9 @@ validated once per change: the cache keeps its validated models under the file's
 mtime, ctime, inode, device), and the whole cache under the stat of the code that validates. A
 write to the file changes its ctime, so an edit is always seen, even one that restores the mtime.
 
+A model is stored as its sparse state (the fields that differ from the class defaults), which
+the revived model takes as its ``__dict__`` as parsed.
+
 ``get_models_json.py`` sources are never cached: they run the repository's code on every load.
 
 The cache is ``<cache>/catalog/<hash of the root>.json`` (``<cache>``: :func:`cache_root`).
@@ -24,7 +27,7 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 1
+_FORMAT = 2  # 2: sparse states, the URLs to register by file
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
@@ -50,6 +53,7 @@ class CatalogCache:
         self.path = path
         self._code = _code_key() if path is not None else []
         self._files: dict[str, Any] = self._read() if path is not None else {}
+        self._revived: set[str] = set()  # the files whose stored states are now models' states
         self._dirty = False
 
     @classmethod
@@ -72,11 +76,14 @@ class CatalogCache:
             return validate()  # the loader reports what is wrong with the file
         cached = self._files.get(key)
         if type(cached) is dict and cached.get("stat") == stat_key:
-            models = _revived(cached.get("models"), shown)
+            models = _revived(cached.get("models"), cached.get("urls"), shown)
             if models is not None:
+                self._revived.add(key)
                 return models
         models = validate()
-        self._files[key] = {"stat": stat_key, "models": [_stored(model) for model in models]}
+        self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
+                            "models": [_stored(model) for model in models]}
+        self._revived.discard(key)
         self._dirty = True
         return models
 
@@ -87,7 +94,9 @@ class CatalogCache:
         import tempfile
 
         try:
-            text = jsonio.dumps({"code": self._code, "files": self._files})
+            files = {key: _unrevived(entry) if key in self._revived else entry
+                     for key, entry in self._files.items()}
+            text = jsonio.dumps({"code": self._code, "files": files})
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(prefix=".catalog-", dir=self.path.parent)
             try:
@@ -113,29 +122,45 @@ class CatalogCache:
         return data["files"]
 
 
-#: a model is stored as its values in this order: no keys to parse, and the revived state's keys
-#: are these interned names, which the hot lookups of selection and output depend on
+#: a field absent from a revived model's state reads the class attribute, which a dataclass field
+#: with a plain default is; the others (``name``, and the lists and dicts from a default_factory)
+#: are always stored. ``source`` never is: it depends on the working folder.
+_CLASS_DEFAULTS = {name: getattr(Model, name) for name in Model.__dataclass_fields__ if hasattr(Model, name)}
 _STORED_FIELDS = tuple(name for name in Model.__dataclass_fields__ if name != "source")
+_NO_DEFAULT = object()
 
 
-def _stored(model: Model) -> list[Any]:
-    state = model.__dict__
-    return [state[name] for name in _STORED_FIELDS]
+def _stored(model: Model) -> dict[str, Any]:
+    """The sparse state of ``model``: fewer values to write and parse, and the parsed dict is the
+    revived model's ``__dict__`` as it is."""
+    stored = {}
+    for name in _STORED_FIELDS:
+        value = getattr(model, name)
+        default = _CLASS_DEFAULTS.get(name, _NO_DEFAULT)
+        if type(value) is not type(default) or value != default:
+            stored[name] = value
+    return stored
 
 
-def _revived(rows: Any, shown: str) -> list[Model] | None:
-    if type(rows) is not list:
+def _unrevived(entry: dict[str, Any]) -> dict[str, Any]:
+    """A revived file's entry as stored: its states became the models' ``__dict__``, with a source."""
+    states = [{name: value for name, value in state.items() if name != "source"} for state in entry["models"]]
+    return {**entry, "models": states}
+
+
+def _revived(rows: Any, urls: Any, shown: str) -> list[Model] | None:
+    """The models of a file's stored states (None: not what :func:`_stored` writes)."""
+    if type(rows) is not list or type(urls) is not list:
         return None
+    for url in urls:  # its password must stay masked, as on a validating load
+        register_url_secrets(url)
     models = []
-    width = len(_STORED_FIELDS)
-    for values in rows:
-        if type(values) is not list or len(values) != width:
+    new = object.__new__
+    for state in rows:  # the hot loop of a cached load: the parsed dict becomes the model's state
+        if type(state) is not dict:
             return None
-        state = dict(zip(_STORED_FIELDS, values))
         state["source"] = shown
-        if "@" in state["url"]:  # its password must stay masked, as on a validating load
-            register_url_secrets(state["url"])
-        model = object.__new__(Model)
+        model = new(Model)
         model.__dict__ = state
         models.append(model)
     return models

@@ -26,6 +26,9 @@ class Model:
     ``dockerfile``, ``scripts`` and ``onnx`` are relative to the model repository root (entries from
     ``scripts/<dir>/`` are re-rooted when loaded). ``scope`` is ``<dir>`` for those entries.
     ``tag_configs`` are the ``key=value`` pairs of the tags that selected the model.
+
+    A model revived from the catalog cache keeps only its non-default fields in ``__dict__`` (the
+    class attributes give the rest): read fields as attributes.
     """
 
     name: str
@@ -68,22 +71,28 @@ class Model:
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as JSON (known fields, then pass-through fields)."""
+        # a model revived from the catalog cache holds only the fields that differ from the class
+        # defaults (madengine.catalog.cache): an absent one reads as its default here
         state = self.__dict__
+        get = state.get
+        configs = state["tag_configs"]
         out: dict[str, Any] = {
-            "name": state["name"], "dockerfile": state["dockerfile"], "scripts": state["scripts"],
-            "args": self.run_args if state["tag_configs"] else state["args"], "n_gpus": state["n_gpus"],
+            "name": state["name"], "dockerfile": get("dockerfile", ""), "scripts": get("scripts", ""),
+            "args": self.run_args if configs else get("args", ""), "n_gpus": get("n_gpus", "1"),
             "tags": list(state["tags"]),
         }
-        if state["timeout"] is not None:
-            out["timeout"] = state["timeout"]
+        timeout = get("timeout")
+        if timeout is not None:
+            out["timeout"] = timeout
         for name in _OPTIONAL_STRING_FIELDS:
-            if state[name]:
-                out[name] = state[name]
+            value = get(name)  # default ""
+            if value:
+                out[name] = value
         if state["extra"]:
             for key, value in state["extra"].items():
                 out.setdefault(key, value)
-        if state["tag_configs"]:
-            out["tag_configs"] = dict(state["tag_configs"])
+        if configs:
+            out["tag_configs"] = dict(configs)
         return out
 
 
