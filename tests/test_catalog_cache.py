@@ -178,6 +178,26 @@ def test_discover_uses_the_cache_from_the_cli_and_it_can_be_turned_off(repo, env
     assert cache_files(environ) == []
 
 
+@pytest.mark.parametrize("tags", [("all",), ("t:batch=4",), ("a", "sub/all")])
+def test_discover_json_of_kept_entries_is_the_text_a_validating_load_writes(repo, environ, tags, monkeypatch):
+    models = json.loads((repo / "models.json").read_text())
+    (repo / "models.json").write_text(json.dumps(models + [entry("big", huge=10**30)]))  # beyond orjson
+    env = {**environ, "MODEL_DIR": str(repo)}
+    off = {**env, "MADENGINE_CATALOG_CACHE": "0"}
+    for argv in (("--tags", *tags, "--json"), ("--tags", *tags, "--json", "--pretty")):
+        expected = run_cli("discover", *argv, environ=off).stdout
+        for _ in range(2):  # the entries validated (and kept), then revived from the cache
+            assert run_cli("discover", *argv, environ=env).stdout == expected
+    (repo / "models.json").write_text(json.dumps(models))  # every entry kept: the texts are joined
+    expected = run_cli("discover", "--tags", *tags, "--json", environ=off).stdout
+    assert run_cli("discover", "--tags", *tags, "--json", environ=env).stdout == expected
+    if ":" not in tags[0]:  # nothing to render again (a copy with tag configs is)
+        from madengine.catalog import Model
+
+        monkeypatch.setattr(Model, "to_dict", None)
+    assert run_cli("discover", "--tags", *tags, "--json", environ=env).stdout == expected
+
+
 def test_sources_are_named_from_the_working_folder_of_each_load(repo, environ, monkeypatch):
     monkeypatch.chdir(repo)
     assert load_catalog(repo, environ).models[2].source == "scripts/sub/models.json"

@@ -6,7 +6,9 @@ mtime, ctime, inode, device), and the whole cache under the stat of the code tha
 write to the file changes its ctime, so an edit is always seen, even one that restores the mtime.
 
 A model is stored as its sparse state (the fields that differ from the class defaults), which
-the revived model takes as its ``__dict__`` as parsed.
+the revived model takes as its ``__dict__`` as parsed, and as the JSON of its entry
+(``to_dict()``), which ``discover --json`` prints for a model selected unchanged
+(``Catalog.entry_json``).
 
 ``get_models_json.py`` sources are never cached: they run the repository's code on every load.
 
@@ -27,7 +29,7 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 2  # 2: sparse states, the URLs to register by file
+_FORMAT = 3  # 2: sparse states, the URLs to register by file; 3: each entry's JSON
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
@@ -55,6 +57,8 @@ class CatalogCache:
         self._files: dict[str, Any] = self._read() if path is not None else {}
         self._revived: set[str] = set()  # the files whose stored states are now models' states
         self._dirty = False
+        #: id() of each model this cache gave → the JSON of its entry (None: orjson cannot write it)
+        self.entry_json: dict[int, str | None] = {}
 
     @classmethod
     def for_root(cls, root: Path, environ: Mapping[str, str]) -> "CatalogCache":
@@ -77,13 +81,17 @@ class CatalogCache:
         cached = self._files.get(key)
         if type(cached) is dict and cached.get("stat") == stat_key:
             models = _revived(cached.get("models"), cached.get("urls"), shown)
-            if models is not None:
+            texts = cached.get("json")
+            if models is not None and type(texts) is list and len(texts) == len(models):
                 self._revived.add(key)
+                self.entry_json.update(zip(map(id, models), texts))
                 return models
         models = validate()
+        texts = [jsonio.compact(model.to_dict()) for model in models]
         self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
-                            "models": [_stored(model) for model in models]}
+                            "models": [_stored(model) for model in models], "json": texts}
         self._revived.discard(key)
+        self.entry_json.update(zip(map(id, models), texts))
         self._dirty = True
         return models
 

@@ -36,6 +36,10 @@ class Catalog:
     models: list[Model]
     #: name → the CustomModel behind a dynamic entry (for ``update_model()`` on selection)
     dynamic: dict[str, CustomModel] = dataclasses.field(default_factory=dict)
+    #: id() of a static model as loaded → the JSON of its entry (``to_dict()``), kept by the cache
+    #: (None where orjson cannot write it): ``discover --json`` prints a model selected unchanged
+    #: from it instead of rendering 10,000 entries again. A model changed since must not use it.
+    entry_json: dict[int, str | None] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def refresh_dynamic(self, model: Model) -> Model:
         """Call ``update_model()`` of a dynamic entry and rebuild the entry from it."""
@@ -228,4 +232,4 @@ def _load(root: Path, environ: Mapping[str, str]) -> Catalog:
                                path=model.source, hint="model names must be unique")
         seen[model.name] = model.source
     cache.save()
-    return Catalog(root=root, models=models, dynamic=dynamic)
+    return Catalog(root=root, models=models, dynamic=dynamic, entry_json=cache.entry_json)

@@ -62,6 +62,28 @@ def dumps(value: Any, indent: bool = False) -> str:
     return json.dumps(value, indent=1 if indent else None)
 
 
+def compact(value: Any) -> str | None:
+    """``value`` as :func:`dumps` writes it with orjson, or None without orjson or when orjson
+    refuses it: texts from here join into the array :func:`dumps` writes (:func:`joined`)."""
+    if _orjson is None:
+        return None
+    try:
+        return _orjson.dumps(value).decode()
+    except TypeError:
+        return None
+
+
+def joined(texts: list[str | None]) -> str | None:
+    """``dumps`` of the list of values whose :func:`compact` texts these are, or None when one is
+    missing (or orjson is, since the texts were made)."""
+    if _orjson is None or not all(texts):
+        return None
+    try:
+        return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
+    except TypeError:  # not texts after all (a damaged cache): the caller writes the values
+        return None
+
+
 def json_problem(exc: BaseException) -> tuple[str, str]:
     """The one-line message and hint for JSON text that ``json.loads`` refused with ``exc``.
 

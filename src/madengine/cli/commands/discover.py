@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus
 from madengine.cli.commands import SUMMARIES
+
+if TYPE_CHECKING:
+    from madengine.catalog import Catalog, Model
 
 
 def add_tags_argument(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -35,11 +39,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         for error in invalid:  # listed without tags, a broken dynamic model only warns
             env.message(f"madengine: warning: not listed: {error}")
     if args.json:
-        from madengine.core import jsonio
-        from madengine.core.gcpause import collector_paused
-
-        with collector_paused():  # 10,000 short-lived dicts: not worth scanning for cycles
-            env.data(jsonio.dumps([m.to_dict() for m in models], indent=args.pretty))
+        env.data(_json(catalog, models, args.pretty))
         return ExitStatus.OK
     from madengine.cli.render import table
 
@@ -47,3 +47,20 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     env.data(table(("name", "tags", "dockerfile", "scripts", "args"), rows))
     env.message(f"{len(models)} model(s) in {catalog.root}")
     return ExitStatus.OK
+
+
+def _json(catalog: Catalog, models: list[Model], pretty: bool) -> str:
+    """The JSON array of the models' entries. A model selected unchanged from the catalog cache is
+    written as the JSON the cache kept of its entry: rendering 10,000 entries again would be most
+    of a cached ``discover``. The text is the same either way."""
+    from madengine.core import jsonio
+    from madengine.core.gcpause import collector_paused
+
+    kept = catalog.entry_json
+    text = None
+    if kept and not pretty:  # a model not kept (a copy with tag configs) is rendered here
+        text = jsonio.joined([kept.get(id(m)) or jsonio.compact(m.to_dict()) for m in models])
+    if text is None:
+        with collector_paused():  # 10,000 short-lived dicts: not worth scanning for cycles
+            text = jsonio.dumps([m.to_dict() for m in models], indent=pretty)
+    return text
