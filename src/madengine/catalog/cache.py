@@ -68,7 +68,7 @@ class CatalogCache:
         digest = zlib.crc32(str(root).encode("utf-8", "surrogateescape"))
         return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.json")
 
-    def models(self, path: Path, shown: str, validate: Callable[[], list[Model]]) -> list[Model]:
+    def models(self, path: Path | str, shown: str, validate: Callable[[], list[Model]]) -> list[Model]:
         """The validated models of ``path``: from the cache when the file is unchanged, else
         ``validate()`` (whose errors propagate) and remembered."""
         if self.path is None:
