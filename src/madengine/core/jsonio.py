@@ -2,6 +2,8 @@
 
 Catalog loading and ``discover --json`` are on every command's start-up path; orjson parses and
 writes 10,000-model catalogs several times faster. Errors are normalised to ``json.JSONDecodeError``.
+orjson is imported on first use: its imports (uuid, platform, json) cost ~9 ms, which a command
+that reads no JSON does not need.
 """
 
 from __future__ import annotations
@@ -12,10 +14,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from madengine.core.errors import MadEngineError
 
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the stdlib path is exercised where orjson is absent
-    _orjson = None
+_UNSET = object()
+_orjson_module: Any = _UNSET
+
+
+def _orjson() -> Any:
+    """The orjson module, imported on first use, or None where it is not installed."""
+    global _orjson_module
+    if _orjson_module is _UNSET:
+        try:
+            import orjson
+        except ImportError:  # pragma: no cover - the stdlib path is exercised where orjson is absent
+            orjson = None
+        _orjson_module = orjson
+    return _orjson_module
 
 
 #: deepest nesting accepted in a configuration document: far beyond any real one, and shallow enough
@@ -24,10 +36,11 @@ MAX_DEPTH = 64
 
 
 def loads(data: bytes | str) -> Any:
-    if _orjson is not None:
+    fast = _orjson()
+    if fast is not None:
         try:
-            return _orjson.loads(data)
-        except _orjson.JSONDecodeError as exc:
+            return fast.loads(data)
+        except fast.JSONDecodeError as exc:
             if "depth limit" in str(exc):
                 raise RecursionError("JSON nested too deeply") from None
             # else re-parse with json for its line/column message
@@ -52,9 +65,10 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 def dumps(value: Any, indent: bool = False) -> str:
-    if _orjson is not None and not indent:
+    fast = None if indent else _orjson()
+    if fast is not None:
         try:
-            return _orjson.dumps(value).decode()
+            return fast.dumps(value).decode()
         except TypeError:
             pass  # non-str keys or exotic types: fall back
     import json
@@ -65,10 +79,11 @@ def dumps(value: Any, indent: bool = False) -> str:
 def compact(value: Any) -> str | None:
     """``value`` as :func:`dumps` writes it with orjson, or None without orjson or when orjson
     refuses it: texts from here join into the array :func:`dumps` writes (:func:`joined`)."""
-    if _orjson is None:
+    fast = _orjson()
+    if fast is None:
         return None
     try:
-        return _orjson.dumps(value).decode()
+        return fast.dumps(value).decode()
     except TypeError:
         return None
 
@@ -76,7 +91,7 @@ def compact(value: Any) -> str | None:
 def joined(texts: list[str | None]) -> str | None:
     """``dumps`` of the list of values whose :func:`compact` texts these are, or None when one is
     missing (or orjson is, since the texts were made)."""
-    if _orjson is None or not all(texts):
+    if _orjson() is None or not all(texts):
         return None
     try:
         return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
