@@ -4,6 +4,7 @@ result, and every way a file can change is seen."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def environ(tmp_path):
 
 
 def cache_files(environ: dict) -> list[Path]:
-    return sorted((Path(environ["MADENGINE_CACHE_DIR"]) / "catalog").glob("*.json"))
+    return sorted((Path(environ["MADENGINE_CACHE_DIR"]) / "catalog").glob("*.marshal"))
 
 
 def dicts(catalog) -> list[dict]:
@@ -67,7 +68,7 @@ def test_a_partial_save_stores_revived_models_without_their_source(repo, environ
     (repo / "scripts" / "sub" / "models.json").write_text(json.dumps([entry("d")]))
     load_catalog(repo, environ)  # the root file revived, the sub file validated: the cache is written again
     [cache] = cache_files(environ)
-    states = [state for file in json.loads(cache.read_text())["files"].values() for state in file["models"]]
+    states = [state for file in marshal.loads(cache.read_bytes())["files"].values() for state in file["models"]]
     assert [s["name"] for s in states] == ["a", "b", "sub/d"] and not any("source" in s for s in states)
     fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
     assert load_catalog(repo, environ).models == fresh.models
@@ -113,10 +114,13 @@ def test_an_invalid_file_is_never_cached_and_fails_every_time(repo, environ):
             load_catalog(repo, environ)
 
 
-@pytest.mark.parametrize("damage", [b"{not json", b"[]", b'{"code": [1], "files": {}}', b"\xff\xfe"])
+@pytest.mark.parametrize("damage", [b"{not json", b"[]", b'{"code": [1], "files": {}}', b"\xff\xfe",
+                                    marshal.dumps({"code": [1], "files": {}}), marshal.dumps([1, 2]), "truncated"])
 def test_a_damaged_cache_is_rebuilt(repo, environ, damage):
     expected = dicts(load_catalog(repo, environ))
     [cache] = cache_files(environ)
+    if damage == "truncated":  # the first half of what the last command wrote
+        damage = cache.read_bytes()[: cache.stat().st_size // 2]
     cache.write_bytes(damage)
     assert dicts(load_catalog(repo, environ)) == expected
     assert dicts(load_catalog(repo, environ)) == expected
@@ -126,10 +130,10 @@ def test_a_damaged_cache_is_rebuilt(repo, environ, damage):
 def test_damaged_entries_inside_a_valid_cache_are_validated_again(repo, environ):
     expected = dicts(load_catalog(repo, environ))
     [cache] = cache_files(environ)
-    data = json.loads(cache.read_text())
+    data = marshal.loads(cache.read_bytes())
     for file in data["files"].values():
         file["models"] = [["too", "short"]]
-    cache.write_text(json.dumps(data))
+    cache.write_bytes(marshal.dumps(data))
     assert dicts(load_catalog(repo, environ)) == expected
 
 

@@ -12,14 +12,20 @@ the revived model takes as its ``__dict__`` as parsed, and as the JSON of its en
 
 ``get_models_json.py`` sources are never cached: they run the repository's code on every load.
 
-The cache is ``<cache>/catalog/<hash of the root>.json`` (``<cache>``: :func:`cache_root`).
+The cache is ``<cache>/catalog/<hash of the root>.<python>.marshal`` (``<cache>``:
+:func:`cache_root`; ``<python>``: e.g. ``cpython-311``), written by :mod:`marshal`, which Python
+loads its own ``__pycache__`` with: it needs no import (orjson's cost ~9 ms), reads faster, and
+keeps the field names interned, which attribute lookups on the revived models depend on. It
+is as trusted as ``__pycache__``: only this user's commands write it, each a whole file.
 ``MADENGINE_CATALOG_CACHE=0`` turns it off. A missing, stale, corrupt or unwritable cache only
 costs the validation it would have saved; it never changes a result or fails a command.
 """
 
 from __future__ import annotations
 
+import marshal
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -29,7 +35,7 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 3  # 2: sparse states, the URLs to register by file; 3: each entry's JSON
+_FORMAT = 4  # 2: sparse states, the URLs to register by file; 3: each entry's JSON; 4: marshal
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
@@ -37,14 +43,16 @@ def _file_key(stat: os.stat_result) -> list[int]:
 
 
 def _code_key() -> list[Any]:
-    """The validating code's identity: an edited schema (an editable install) drops the cache."""
-    key: list[Any] = [_FORMAT]
+    """The identity of the code that validates and writes the entries: an edited schema (an
+    editable install) or another orjson (which wrote the entries' JSON) drops the cache."""
+    key: list[Any] = [_FORMAT, marshal.version]
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("schema.py", "sources.py", "cache.py"):
+    code = [os.path.join(here, name) for name in ("schema.py", "sources.py", "cache.py")]
+    for path in (*code, jsonio.__file__, jsonio.compact_writer() or ""):
         try:
-            key.extend(_file_key(os.stat(os.path.join(here, name))))
-        except OSError:  # run from a zip or without sources: the format number alone
-            key.append(name)
+            key.extend(_file_key(os.stat(path)))
+        except OSError:  # run from a zip, without sources or without orjson: the name alone
+            key.append(os.path.basename(path))
     return key
 
 
@@ -66,7 +74,8 @@ class CatalogCache:
             return cls(None)
         # two roots sharing a name only share a file: entries are keyed by each file's full path
         digest = zlib.crc32(str(root).encode("utf-8", "surrogateescape"))
-        return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.json")
+        python = sys.implementation.cache_tag or "python"  # marshal's format is the interpreter's
+        return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.{python}.marshal")
 
     def models(self, path: Path | str, shown: str, validate: Callable[[], list[Model]]) -> list[Model]:
         """The validated models of ``path``: from the cache when the file is unchanged, else
@@ -104,17 +113,17 @@ class CatalogCache:
         try:
             files = {key: _unrevived(entry) if key in self._revived else entry
                      for key, entry in self._files.items()}
-            text = jsonio.dumps({"code": self._code, "files": files})
+            data = marshal.dumps({"code": self._code, "files": files})
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(prefix=".catalog-", dir=self.path.parent)
             try:
-                with os.fdopen(handle, "w", encoding="utf-8", errors="surrogatepass") as out:
-                    out.write(text)
+                with os.fdopen(handle, "wb") as out:
+                    out.write(data)
                 os.replace(temporary, self.path)  # concurrent commands each write a whole file
             except BaseException:
                 os.unlink(temporary)
                 raise
-        except (OSError, TypeError, ValueError, UnicodeError):
+        except (OSError, ValueError):  # marshal: a value it cannot write, or nested too deeply
             pass
         self._dirty = False
 
@@ -122,8 +131,8 @@ class CatalogCache:
         assert self.path is not None
         try:
             with open(self.path, "rb") as handle:
-                data = jsonio.loads(handle.read())
-        except (OSError, ValueError, RecursionError):
+                data = marshal.loads(handle.read())
+        except (OSError, EOFError, ValueError, TypeError, MemoryError):  # what marshal says of bad data
             return {}
         if type(data) is not dict or data.get("code") != self._code or type(data.get("files")) is not dict:
             return {}

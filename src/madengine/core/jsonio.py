@@ -3,7 +3,7 @@
 Catalog loading and ``discover --json`` are on every command's start-up path; orjson parses and
 writes 10,000-model catalogs several times faster. Errors are normalised to ``json.JSONDecodeError``.
 orjson is imported on first use: its imports (uuid, platform, json) cost ~9 ms, which a command
-that reads no JSON does not need.
+that reads no JSON (a cached ``discover``) does not need.
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ def _orjson() -> Any:
             orjson = None
         _orjson_module = orjson
     return _orjson_module
+
+
+def compact_writer() -> str | None:
+    """The file of the orjson that :func:`compact` would use, found without importing it (None:
+    not installed): texts kept from :func:`compact` are what it writes while this is unchanged."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("orjson")
+    return spec.origin if spec is not None else None
 
 
 #: deepest nesting accepted in a configuration document: far beyond any real one, and shallow enough
@@ -90,8 +99,9 @@ def compact(value: Any) -> str | None:
 
 def joined(texts: list[str | None]) -> str | None:
     """``dumps`` of the list of values whose :func:`compact` texts these are, or None when one is
-    missing (or orjson is, since the texts were made)."""
-    if _orjson() is None or not all(texts):
+    missing. Texts kept from an earlier process are only valid while :func:`compact_writer` is
+    the same (the catalog cache keeps it in its key)."""
+    if not all(texts):
         return None
     try:
         return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
