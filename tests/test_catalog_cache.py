@@ -63,15 +63,14 @@ def test_a_cached_model_equals_the_validated_one_field_by_field(repo, environ):
     assert cached.models[0].n_gpus == "1" and cached.models[0].timeout is None and cached.models[1].timeout == 30
 
 
-def test_a_partial_save_stores_revived_models_without_their_source(repo, environ):
+def test_a_partial_save_keeps_the_revived_models_as_they_were(repo, environ, monkeypatch):
     load_catalog(repo, environ)
     (repo / "scripts" / "sub" / "models.json").write_text(json.dumps([entry("d")]))
     load_catalog(repo, environ)  # the root file revived, the sub file validated: the cache is written again
-    [cache] = cache_files(environ)
-    states = [state for file in marshal.loads(cache.read_bytes())["files"].values() for state in file["models"]]
-    assert [s["name"] for s in states] == ["a", "b", "sub/d"] and not any("source" in s for s in states)
+    monkeypatch.chdir(repo)  # and read from another working folder: the files are named from there
     fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
-    assert load_catalog(repo, environ).models == fresh.models
+    for _ in range(2):
+        assert load_catalog(repo, environ).models == fresh.models
 
 
 def test_the_cache_is_used(repo, environ, monkeypatch):

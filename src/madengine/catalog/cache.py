@@ -8,7 +8,8 @@ write to the file changes its ctime, so an edit is always seen, even one that re
 A model is stored as its sparse state (the fields that differ from the class defaults), which
 the revived model takes as its ``__dict__`` as parsed, and as the JSON of its entry
 (``to_dict()``), which ``discover --json`` prints for a model selected unchanged
-(``Catalog.entry_json``).
+(``Catalog.entry_json``). Its ``source`` is the file as named from the working folder of the
+command that stored it; a command run from another folder names it again.
 
 ``get_models_json.py`` sources are never cached: they run the repository's code on every load.
 
@@ -35,7 +36,8 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 4  # 2: sparse states, the URLs to register by file; 3: each entry's JSON; 4: marshal
+_FORMAT = 5  # 2: sparse states, the URLs to register by file; 3: each entry's JSON; 4: marshal;
+            # 5: the states' source stored
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
@@ -63,7 +65,6 @@ class CatalogCache:
         self.path = path
         self._code = _code_key() if path is not None else []
         self._files: dict[str, Any] = self._read() if path is not None else {}
-        self._revived: set[str] = set()  # the files whose stored states are now models' states
         self._dirty = False
         #: id() of each model this cache gave → the JSON of its entry (None: orjson cannot write it)
         self.entry_json: dict[int, str | None] = {}
@@ -92,14 +93,12 @@ class CatalogCache:
             models = _revived(cached.get("models"), cached.get("urls"), shown)
             texts = cached.get("json")
             if models is not None and type(texts) is list and len(texts) == len(models):
-                self._revived.add(key)
                 self.entry_json.update(zip(map(id, models), texts))
                 return models
         models = validate()
         texts = [jsonio.compact(model.to_dict()) for model in models]
         self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
                             "models": [_stored(model) for model in models], "json": texts}
-        self._revived.discard(key)
         self.entry_json.update(zip(map(id, models), texts))
         self._dirty = True
         return models
@@ -111,9 +110,7 @@ class CatalogCache:
         import tempfile
 
         try:
-            files = {key: _unrevived(entry) if key in self._revived else entry
-                     for key, entry in self._files.items()}
-            data = marshal.dumps({"code": self._code, "files": files})
+            data = marshal.dumps({"code": self._code, "files": self._files})
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(prefix=".catalog-", dir=self.path.parent)
             try:
@@ -141,17 +138,16 @@ class CatalogCache:
 
 #: a field absent from a revived model's state reads the class attribute, which a dataclass field
 #: with a plain default is; the others (``name``, and the lists and dicts from a default_factory)
-#: are always stored. ``source`` never is: it depends on the working folder.
+#: are always stored
 _CLASS_DEFAULTS = {name: getattr(Model, name) for name in Model.__dataclass_fields__ if hasattr(Model, name)}
-_STORED_FIELDS = tuple(name for name in Model.__dataclass_fields__ if name != "source")
 _NO_DEFAULT = object()
 
 
 def _stored(model: Model) -> dict[str, Any]:
-    """The sparse state of ``model``: fewer values to write and parse, and the parsed dict is the
+    """The sparse state of ``model``: fewer values to write and read, and the dict read is the
     revived model's ``__dict__`` as it is."""
     stored = {}
-    for name in _STORED_FIELDS:
+    for name in Model.__dataclass_fields__:
         value = getattr(model, name)
         default = _CLASS_DEFAULTS.get(name, _NO_DEFAULT)
         if type(value) is not type(default) or value != default:
@@ -159,25 +155,22 @@ def _stored(model: Model) -> dict[str, Any]:
     return stored
 
 
-def _unrevived(entry: dict[str, Any]) -> dict[str, Any]:
-    """A revived file's entry as stored: its states became the models' ``__dict__``, with a source."""
-    states = [{name: value for name, value in state.items() if name != "source"} for state in entry["models"]]
-    return {**entry, "models": states}
-
-
-def _revived(rows: Any, urls: Any, shown: str) -> list[Model] | None:
+def _revived(states: Any, urls: Any, shown: str) -> list[Model] | None:
     """The models of a file's stored states (None: not what :func:`_stored` writes)."""
-    if type(rows) is not list or type(urls) is not list:
+    if type(states) is not list or type(urls) is not list:
+        return None
+    models = []
+    new = object.__new__
+    try:
+        if states and states[0]["source"] != shown:  # stored by a command run from another folder
+            for state in states:
+                state["source"] = shown
+        for state in states:  # the hot loop of a cached load: the dict read becomes the model's state
+            model = new(Model)
+            model.__dict__ = state  # a TypeError unless a dict
+            models.append(model)
+    except (TypeError, KeyError):
         return None
     for url in urls:  # its password must stay masked, as on a validating load
         register_url_secrets(url)
-    models = []
-    new = object.__new__
-    for state in rows:  # the hot loop of a cached load: the parsed dict becomes the model's state
-        if type(state) is not dict:
-            return None
-        state["source"] = shown
-        model = new(Model)
-        model.__dict__ = state
-        models.append(model)
     return models
