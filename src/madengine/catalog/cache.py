@@ -66,8 +66,6 @@ class CatalogCache:
         self._code = _code_key() if path is not None else []
         self._files: dict[str, Any] = self._read() if path is not None else {}
         self._dirty = False
-        #: id() of each model this cache gave → the JSON of its entry (None: orjson cannot write it)
-        self.entry_json: dict[int, str | None] = {}
 
     @classmethod
     def for_root(cls, root: Path, environ: Mapping[str, str]) -> "CatalogCache":
@@ -78,30 +76,36 @@ class CatalogCache:
         python = sys.implementation.cache_tag or "python"  # marshal's format is the interpreter's
         return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.{python}.marshal")
 
-    def models(self, path: Path | str, shown: str, validate: Callable[[], list[Model]]) -> list[Model]:
-        """The validated models of ``path``: from the cache when the file is unchanged, else
-        ``validate()`` (whose errors propagate) and remembered."""
-        if self.path is None:
-            return validate()
+    def models(self, path: Path | str, shown: str,
+               validate: Callable[[], list[Model]]) -> tuple[list[Model], list[str | None]]:
+        """The validated models of ``path`` and the JSON of each entry (None: not kept): from the
+        cache when the file is unchanged, else ``validate()`` (whose errors propagate) and kept."""
+        stat_key = self._stat_key(path)
+        if stat_key is None:
+            models = validate()
+            return models, [None] * len(models)
         key = str(path)
-        try:
-            stat_key = _file_key(os.stat(path))
-        except OSError:
-            return validate()  # the loader reports what is wrong with the file
         cached = self._files.get(key)
         if type(cached) is dict and cached.get("stat") == stat_key:
-            models = _revived(cached.get("models"), cached.get("urls"), shown)
-            texts = cached.get("json")
-            if models is not None and type(texts) is list and len(texts) == len(models):
-                self.entry_json.update(zip(map(id, models), texts))
-                return models
+            revived = _revived(cached, shown)
+            if revived is not None:
+                return revived
         models = validate()
         texts = [jsonio.compact(model.to_dict()) for model in models]
         self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
                             "models": [_stored(model) for model in models], "json": texts}
-        self.entry_json.update(zip(map(id, models), texts))
         self._dirty = True
-        return models
+        return models, texts
+
+    def _stat_key(self, path: Path | str) -> list[int] | None:
+        """The key of the file's contents (None: the cache is off, or the file cannot be read, which
+        the loader reports)."""
+        if self.path is None:
+            return None
+        try:
+            return _file_key(os.stat(path))
+        except OSError:
+            return None
 
     def save(self) -> None:
         """Write the cache when anything was validated; a failure to write is only a lost saving."""
@@ -155,9 +159,11 @@ def _stored(model: Model) -> dict[str, Any]:
     return stored
 
 
-def _revived(states: Any, urls: Any, shown: str) -> list[Model] | None:
-    """The models of a file's stored states (None: not what :func:`_stored` writes)."""
-    if type(states) is not list or type(urls) is not list:
+def _revived(entry: dict[str, Any], shown: str) -> tuple[list[Model], list[str | None]] | None:
+    """The models of a file's stored entry and their texts (None: not what :meth:`CatalogCache.models`
+    stores)."""
+    states, urls, texts = entry.get("models"), entry.get("urls"), entry.get("json")
+    if any(type(value) is not list for value in (states, urls, texts)) or len(texts) != len(states):
         return None
     models = []
     new = object.__new__
@@ -173,4 +179,4 @@ def _revived(states: Any, urls: Any, shown: str) -> list[Model] | None:
         return None
     for url in urls:  # its password must stay masked, as on a validating load
         register_url_secrets(url)
-    return models
+    return models, texts

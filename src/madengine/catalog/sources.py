@@ -39,10 +39,10 @@ class Catalog:
     models: list[Model]
     #: name → the CustomModel behind a dynamic entry (for ``update_model()`` on selection)
     dynamic: dict[str, CustomModel] = dataclasses.field(default_factory=dict)
-    #: id() of a static model as loaded → the JSON of its entry (``to_dict()``), kept by the cache
-    #: (None where orjson cannot write it): ``discover --json`` prints a model selected unchanged
-    #: from it instead of rendering 10,000 entries again. A model changed since must not use it.
-    entry_json: dict[int, str | None] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    #: the JSON of each model's entry (``to_dict()``) as loaded, in the order of ``models``, where
+    #: the cache kept it (else None): ``discover --json`` prints it for a model it selected as
+    #: loaded instead of rendering 10,000 entries again (a model changed since no longer matches)
+    entry_json: list[str | None] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     def refresh_dynamic(self, model: Model) -> Model:
         """Call ``update_model()`` of a dynamic entry and rebuild the entry from it."""
@@ -218,30 +218,33 @@ def _load(root: Path, environ: Mapping[str, str]) -> Catalog:
     from madengine.catalog.cache import CatalogCache
 
     cache = CatalogCache.for_root(root.resolve(), environ)
-    models: list[Model] = []
-    dynamic: dict[str, CustomModel] = {}
+    catalog = Catalog(root=root, models=[])
     root_json = root / "models.json"
     scripts_dir = root / "scripts"
     if root_json.exists():  # a folder of that name is an error, not an absent file
-        models.extend(_cached_static(cache, root_json, root, None))
+        _add_static(catalog, cache, root_json, None)
     elif not scripts_dir.is_dir():
         raise CatalogError("no models.json and no scripts/ folder here", path=str(root),
                            hint="run from a model repository or set MODEL_DIR to one")
     if scripts_dir.is_dir():
         for scope, json_path, py_path in _scoped_sources(scripts_dir, root):
             if json_path is not None:
-                models.extend(_cached_static(cache, json_path, root, scope))
+                _add_static(catalog, cache, json_path, scope)
             elif py_path is not None:
                 for model, custom in _load_dynamic(Path(py_path), scope, root):
-                    models.append(model)
-                    dynamic[model.name] = custom
-    _check_unique(models)
+                    catalog.models.append(model)
+                    catalog.entry_json.append(None)
+                    catalog.dynamic[model.name] = custom
+    _check_unique(catalog.models)
     cache.save()
-    return Catalog(root=root, models=models, dynamic=dynamic, entry_json=cache.entry_json)
+    return catalog
 
 
-def _cached_static(cache: CatalogCache, path: Path | str, root: Path, scope: str | None) -> list[Model]:
-    return cache.models(path, _shown(path, root), functools.partial(_static_models, path, root, scope))
+def _add_static(catalog: Catalog, cache: CatalogCache, path: Path | str, scope: str | None) -> None:
+    root = catalog.root
+    models, texts = cache.models(path, _shown(path, root), functools.partial(_static_models, path, root, scope))
+    catalog.models.extend(models)
+    catalog.entry_json.extend(texts)
 
 
 def _scoped_sources(scripts_dir: Path, root: Path) -> Iterator[tuple[str, str | None, str | None]]:

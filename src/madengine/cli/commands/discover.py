@@ -50,17 +50,34 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
 
 
 def _json(catalog: Catalog, models: list[Model], pretty: bool) -> str:
-    """The JSON array of the models' entries. A model selected unchanged from the catalog cache is
-    written as the JSON the cache kept of its entry: rendering 10,000 entries again would be most
-    of a cached ``discover``. The text is the same either way."""
+    """The JSON array of the models' entries: the texts the catalog kept where it did (the same
+    text: rendering 10,000 entries again would be most of a cached ``discover``)."""
     from madengine.core import jsonio
     from madengine.core.gcpause import collector_paused
 
-    kept = catalog.entry_json
-    text = None
-    if kept and not pretty:  # a model not kept (a copy with tag configs) is rendered here
-        text = jsonio.joined([kept.get(id(m)) or jsonio.compact(m.to_dict()) for m in models])
+    texts = None if pretty else _entry_texts(catalog, models)
+    text = jsonio.joined(texts) if texts is not None else None
     if text is None:
         with collector_paused():  # 10,000 short-lived dicts: not worth scanning for cycles
             text = jsonio.dumps([m.to_dict() for m in models], indent=pretty)
     return text
+
+
+def _entry_texts(catalog: Catalog, models: list[Model]) -> list[str | None] | None:
+    """The JSON of each model's entry: as the catalog kept it for a model selected unchanged, else
+    rendered here (a copy with tag configs); None where the catalog kept none (the cache off)."""
+    import operator
+
+    from madengine.core import jsonio
+
+    kept = catalog.entry_json
+    if len(kept) != len(catalog.models) or not any(kept):
+        return None
+    if len(models) == len(kept) and all(map(operator.is_, models, catalog.models)):
+        texts = kept  # the whole catalog as loaded: 'all', or a tag of every model
+    else:
+        by_model = dict(zip(map(id, catalog.models), kept))
+        texts = [by_model.get(id(m)) for m in models]
+    if all(texts):
+        return texts
+    return [text or jsonio.compact(m.to_dict()) for text, m in zip(texts, models)]
