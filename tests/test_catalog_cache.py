@@ -58,7 +58,7 @@ def test_a_cached_load_gives_the_same_models_as_a_validating_one(repo, environ):
 def test_a_cached_model_equals_the_validated_one_field_by_field(repo, environ):
     fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
     load_catalog(repo, environ)
-    cached = load_catalog(repo, environ)  # states stored sparse: absent fields read the class defaults
+    cached = load_catalog(repo, environ)  # states as validated: absent fields read the class defaults
     assert cached.models == fresh.models
     assert cached.models[0].n_gpus == "1" and cached.models[0].timeout is None and cached.models[1].timeout == 30
 

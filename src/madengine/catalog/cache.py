@@ -5,11 +5,11 @@ validated once per change: the cache keeps its validated models under the file's
 mtime, ctime, inode, device), and the whole cache under the stat of the code that validates. A
 write to the file changes its ctime, so an edit is always seen, even one that restores the mtime.
 
-A model is stored as its sparse state (the fields that differ from the class defaults), which
-the revived model takes as its ``__dict__`` as parsed, and as the JSON of its entry
-(``to_dict()``), which ``discover --json`` prints for a model selected unchanged
-(``Catalog.entry_json``). Its ``source`` is the file as named from the working folder of the
-command that stored it; a command run from another folder names it again.
+A model is stored as its state, the ``__dict__`` validation made (only the fields its entry sets:
+the class attributes give the others), which the revived model takes as its ``__dict__`` as read,
+and as the JSON of its entry (``to_dict()``), which ``discover --json`` prints for a model
+selected unchanged (``Catalog.entry_json``). Its ``source`` is the file as named from the working
+folder of the command that stored it; a command run from another folder names it again.
 
 ``get_models_json.py`` sources are never cached: they run the repository's code on every load.
 
@@ -36,8 +36,8 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 5  # 2: sparse states, the URLs to register by file; 3: each entry's JSON; 4: marshal;
-            # 5: the states' source stored
+_FORMAT = 6  # 2: sparse states, the URLs to register by file; 3: each entry's JSON; 4: marshal;
+            # 5: the states' source stored; 6: the states as validated
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
@@ -93,7 +93,7 @@ class CatalogCache:
         models = validate()
         texts = [jsonio.compact(model.to_dict()) for model in models]
         self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
-                            "models": [_stored(model) for model in models], "json": texts}
+                            "models": [model.__dict__ for model in models], "json": texts}
         self._dirty = True
         return models, texts
 
@@ -138,25 +138,6 @@ class CatalogCache:
         if type(data) is not dict or data.get("code") != self._code or type(data.get("files")) is not dict:
             return {}
         return data["files"]
-
-
-#: a field absent from a revived model's state reads the class attribute, which a dataclass field
-#: with a plain default is; the others (``name``, and the lists and dicts from a default_factory)
-#: are always stored
-_CLASS_DEFAULTS = {name: getattr(Model, name) for name in Model.__dataclass_fields__ if hasattr(Model, name)}
-_NO_DEFAULT = object()
-
-
-def _stored(model: Model) -> dict[str, Any]:
-    """The sparse state of ``model``: fewer values to write and read, and the dict read is the
-    revived model's ``__dict__`` as it is."""
-    stored = {}
-    for name in Model.__dataclass_fields__:
-        value = getattr(model, name)
-        default = _CLASS_DEFAULTS.get(name, _NO_DEFAULT)
-        if type(value) is not type(default) or value != default:
-            stored[name] = value
-    return stored
 
 
 def _revived(entry: dict[str, Any], shown: str) -> tuple[list[Model], list[str | None]] | None:
