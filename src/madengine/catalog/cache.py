@@ -36,8 +36,7 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 6  # 2: sparse states, the URLs to register by file; 3: each entry's JSON; 4: marshal;
-            # 5: the states' source stored; 6: the states as validated
+_FORMAT = 6  # one more with every change of what an entry holds
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
