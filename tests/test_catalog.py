@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from madengine.catalog import CustomModel, load_catalog, model_from_entry, parse_tag, select_models, split_tags
+from madengine.catalog import (CustomModel, Model, load_catalog, model_from_entry, parse_tag, select_models,
+                               split_tags)
 from madengine.core.errors import CatalogError, UnknownTagError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "repo"
@@ -35,6 +36,14 @@ def test_schema_normalises_and_keeps_unknown_fields():
 
 def test_args_is_optional():
     assert model_from_entry({"name": "m", "scripts": "s.sh"}, source="x").args == ""
+
+
+def test_a_validated_model_is_the_dataclass_of_its_fields():
+    # its __dict__ holds only the fields the entry sets: the others read the class defaults
+    model = model_from_entry({"name": "m", "scripts": "s.sh", "url": "u"}, source="x")
+    built = Model(name="m", scripts="s.sh", url="u", source="x")
+    assert model == built and model.to_dict() == built.to_dict()
+    assert (model.dockerfile, model.n_gpus, model.timeout, model.onnx) == ("", "1", None, "")
 
 
 @pytest.mark.parametrize("entry, fragment", [

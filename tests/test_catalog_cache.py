@@ -4,6 +4,7 @@ result, and every way a file can change is seen."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def environ(tmp_path):
 
 
 def cache_files(environ: dict) -> list[Path]:
-    return sorted((Path(environ["MADENGINE_CACHE_DIR"]) / "catalog").glob("*.json"))
+    return sorted((Path(environ["MADENGINE_CACHE_DIR"]) / "catalog").glob("*.marshal"))
 
 
 def dicts(catalog) -> list[dict]:
@@ -52,6 +53,24 @@ def test_a_cached_load_gives_the_same_models_as_a_validating_one(repo, environ):
     chosen = select_models(second, ["t:batch=4"])  # a selection copies and never touches the cached state
     assert chosen[0].run_args == "--x 1 --batch 4"
     assert load_catalog(repo, environ).models[0].tag_configs == []
+
+
+def test_a_cached_model_equals_the_validated_one_field_by_field(repo, environ):
+    fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
+    load_catalog(repo, environ)
+    cached = load_catalog(repo, environ)  # states as validated: absent fields read the class defaults
+    assert cached.models == fresh.models
+    assert cached.models[0].n_gpus == "1" and cached.models[0].timeout is None and cached.models[1].timeout == 30
+
+
+def test_a_partial_save_keeps_the_revived_models_as_they_were(repo, environ, monkeypatch):
+    load_catalog(repo, environ)
+    (repo / "scripts" / "sub" / "models.json").write_text(json.dumps([entry("d")]))
+    load_catalog(repo, environ)  # the root file revived, the sub file validated: the cache is written again
+    monkeypatch.chdir(repo)  # and read from another working folder: the files are named from there
+    fresh = load_catalog(repo, {"MADENGINE_CATALOG_CACHE": "0", **environ})
+    for _ in range(2):
+        assert load_catalog(repo, environ).models == fresh.models
 
 
 def test_the_cache_is_used(repo, environ, monkeypatch):
@@ -94,10 +113,13 @@ def test_an_invalid_file_is_never_cached_and_fails_every_time(repo, environ):
             load_catalog(repo, environ)
 
 
-@pytest.mark.parametrize("damage", [b"{not json", b"[]", b'{"code": [1], "files": {}}', b"\xff\xfe"])
+@pytest.mark.parametrize("damage", [b"{not json", b"[]", b'{"code": [1], "files": {}}', b"\xff\xfe",
+                                    marshal.dumps({"code": [1], "files": {}}), marshal.dumps([1, 2]), "truncated"])
 def test_a_damaged_cache_is_rebuilt(repo, environ, damage):
     expected = dicts(load_catalog(repo, environ))
     [cache] = cache_files(environ)
+    if damage == "truncated":  # the first half of what the last command wrote
+        damage = cache.read_bytes()[: cache.stat().st_size // 2]
     cache.write_bytes(damage)
     assert dicts(load_catalog(repo, environ)) == expected
     assert dicts(load_catalog(repo, environ)) == expected
@@ -107,10 +129,10 @@ def test_a_damaged_cache_is_rebuilt(repo, environ, damage):
 def test_damaged_entries_inside_a_valid_cache_are_validated_again(repo, environ):
     expected = dicts(load_catalog(repo, environ))
     [cache] = cache_files(environ)
-    data = json.loads(cache.read_text())
+    data = marshal.loads(cache.read_bytes())
     for file in data["files"].values():
         file["models"] = [["too", "short"]]
-    cache.write_text(json.dumps(data))
+    cache.write_bytes(marshal.dumps(data))
     assert dicts(load_catalog(repo, environ)) == expected
 
 
@@ -157,6 +179,26 @@ def test_discover_uses_the_cache_from_the_cli_and_it_can_be_turned_off(repo, env
         file.unlink()
     assert run_cli("discover", "--tags", "all", "--json", environ=off).stdout == first.stdout
     assert cache_files(environ) == []
+
+
+@pytest.mark.parametrize("tags", [("all",), ("t:batch=4",), ("a", "sub/all")])
+def test_discover_json_of_kept_entries_is_the_text_a_validating_load_writes(repo, environ, tags, monkeypatch):
+    models = json.loads((repo / "models.json").read_text())
+    (repo / "models.json").write_text(json.dumps(models + [entry("big", huge=10**30)]))  # beyond orjson
+    env = {**environ, "MODEL_DIR": str(repo)}
+    off = {**env, "MADENGINE_CATALOG_CACHE": "0"}
+    for argv in (("--tags", *tags, "--json"), ("--tags", *tags, "--json", "--pretty")):
+        expected = run_cli("discover", *argv, environ=off).stdout
+        for _ in range(2):  # the entries validated (and kept), then revived from the cache
+            assert run_cli("discover", *argv, environ=env).stdout == expected
+    (repo / "models.json").write_text(json.dumps(models))  # every entry kept: the texts are joined
+    expected = run_cli("discover", "--tags", *tags, "--json", environ=off).stdout
+    assert run_cli("discover", "--tags", *tags, "--json", environ=env).stdout == expected
+    if ":" not in tags[0]:  # nothing to render again (a copy with tag configs is)
+        from madengine.catalog import Model
+
+        monkeypatch.setattr(Model, "to_dict", None)
+    assert run_cli("discover", "--tags", *tags, "--json", environ=env).stdout == expected
 
 
 def test_sources_are_named_from_the_working_folder_of_each_load(repo, environ, monkeypatch):

@@ -5,16 +5,28 @@ validated once per change: the cache keeps its validated models under the file's
 mtime, ctime, inode, device), and the whole cache under the stat of the code that validates. A
 write to the file changes its ctime, so an edit is always seen, even one that restores the mtime.
 
+A model is stored as its state, the ``__dict__`` validation made (only the fields its entry sets:
+the class attributes give the others), which the revived model takes as its ``__dict__`` as read,
+and as the JSON of its entry (``to_dict()``), which ``discover --json`` prints for a model
+selected unchanged (``Catalog.entry_json``). Its ``source`` is the file as named from the working
+folder of the command that stored it; a command run from another folder names it again.
+
 ``get_models_json.py`` sources are never cached: they run the repository's code on every load.
 
-The cache is ``<cache>/catalog/<hash of the root>.json`` (``<cache>``: :func:`cache_root`).
+The cache is ``<cache>/catalog/<hash of the root>.<python>.marshal`` (``<cache>``:
+:func:`cache_root`; ``<python>``: e.g. ``cpython-311``), written by :mod:`marshal`, which Python
+loads its own ``__pycache__`` with: it needs no import (orjson's cost ~9 ms), reads faster, and
+keeps the field names interned, which attribute lookups on the revived models depend on. It
+is as trusted as ``__pycache__``: only this user's commands write it, each a whole file.
 ``MADENGINE_CATALOG_CACHE=0`` turns it off. A missing, stale, corrupt or unwritable cache only
 costs the validation it would have saved; it never changes a result or fails a command.
 """
 
 from __future__ import annotations
 
+import marshal
 import os
+import sys
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -24,7 +36,7 @@ from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
 
-_FORMAT = 1
+_FORMAT = 6  # one more with every change of what an entry holds
 
 
 def _file_key(stat: os.stat_result) -> list[int]:
@@ -32,14 +44,16 @@ def _file_key(stat: os.stat_result) -> list[int]:
 
 
 def _code_key() -> list[Any]:
-    """The validating code's identity: an edited schema (an editable install) drops the cache."""
-    key: list[Any] = [_FORMAT]
+    """The identity of the code that validates and writes the entries: an edited schema (an
+    editable install) or another orjson (which wrote the entries' JSON) drops the cache."""
+    key: list[Any] = [_FORMAT, marshal.version]
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("schema.py", "sources.py", "cache.py"):
+    code = [os.path.join(here, name) for name in ("schema.py", "sources.py", "cache.py")]
+    for path in (*code, jsonio.__file__, jsonio.compact_writer() or ""):
         try:
-            key.extend(_file_key(os.stat(os.path.join(here, name))))
-        except OSError:  # run from a zip or without sources: the format number alone
-            key.append(name)
+            key.extend(_file_key(os.stat(path)))
+        except OSError:  # run from a zip, without sources or without orjson: the name alone
+            key.append(os.path.basename(path))
     return key
 
 
@@ -58,27 +72,39 @@ class CatalogCache:
             return cls(None)
         # two roots sharing a name only share a file: entries are keyed by each file's full path
         digest = zlib.crc32(str(root).encode("utf-8", "surrogateescape"))
-        return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.json")
+        python = sys.implementation.cache_tag or "python"  # marshal's format is the interpreter's
+        return cls(cache_root(environ) / "catalog" / f"{root.name[:40]}-{digest:08x}.{python}.marshal")
 
-    def models(self, path: Path, shown: str, validate: Callable[[], list[Model]]) -> list[Model]:
-        """The validated models of ``path``: from the cache when the file is unchanged, else
-        ``validate()`` (whose errors propagate) and remembered."""
-        if self.path is None:
-            return validate()
+    def models(self, path: Path | str, shown: str,
+               validate: Callable[[], list[Model]]) -> tuple[list[Model], list[str | None]]:
+        """The validated models of ``path`` and the JSON of each entry (None: not kept): from the
+        cache when the file is unchanged, else ``validate()`` (whose errors propagate) and kept."""
+        stat_key = self._stat_key(path)
+        if stat_key is None:
+            models = validate()
+            return models, [None] * len(models)
         key = str(path)
-        try:
-            stat_key = _file_key(os.stat(path))
-        except OSError:
-            return validate()  # the loader reports what is wrong with the file
         cached = self._files.get(key)
         if type(cached) is dict and cached.get("stat") == stat_key:
-            models = _revived(cached.get("models"), shown)
-            if models is not None:
-                return models
+            revived = _revived(cached, shown)
+            if revived is not None:
+                return revived
         models = validate()
-        self._files[key] = {"stat": stat_key, "models": [_stored(model) for model in models]}
+        texts = [jsonio.compact(model.to_dict()) for model in models]
+        self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
+                            "models": [model.__dict__ for model in models], "json": texts}
         self._dirty = True
-        return models
+        return models, texts
+
+    def _stat_key(self, path: Path | str) -> list[int] | None:
+        """The key of the file's contents (None: the cache is off, or the file cannot be read, which
+        the loader reports)."""
+        if self.path is None:
+            return None
+        try:
+            return _file_key(os.stat(path))
+        except OSError:
+            return None
 
     def save(self) -> None:
         """Write the cache when anything was validated; a failure to write is only a lost saving."""
@@ -87,17 +113,17 @@ class CatalogCache:
         import tempfile
 
         try:
-            text = jsonio.dumps({"code": self._code, "files": self._files})
+            data = marshal.dumps({"code": self._code, "files": self._files})
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temporary = tempfile.mkstemp(prefix=".catalog-", dir=self.path.parent)
             try:
-                with os.fdopen(handle, "w", encoding="utf-8", errors="surrogatepass") as out:
-                    out.write(text)
+                with os.fdopen(handle, "wb") as out:
+                    out.write(data)
                 os.replace(temporary, self.path)  # concurrent commands each write a whole file
             except BaseException:
                 os.unlink(temporary)
                 raise
-        except (OSError, TypeError, ValueError, UnicodeError):
+        except (OSError, ValueError):  # marshal: a value it cannot write, or nested too deeply
             pass
         self._dirty = False
 
@@ -105,37 +131,32 @@ class CatalogCache:
         assert self.path is not None
         try:
             with open(self.path, "rb") as handle:
-                data = jsonio.loads(handle.read())
-        except (OSError, ValueError, RecursionError):
+                data = marshal.loads(handle.read())
+        except (OSError, EOFError, ValueError, TypeError, MemoryError):  # what marshal says of bad data
             return {}
         if type(data) is not dict or data.get("code") != self._code or type(data.get("files")) is not dict:
             return {}
         return data["files"]
 
 
-#: a model is stored as its values in this order: no keys to parse, and the revived state's keys
-#: are these interned names, which the hot lookups of selection and output depend on
-_STORED_FIELDS = tuple(name for name in Model.__dataclass_fields__ if name != "source")
-
-
-def _stored(model: Model) -> list[Any]:
-    state = model.__dict__
-    return [state[name] for name in _STORED_FIELDS]
-
-
-def _revived(rows: Any, shown: str) -> list[Model] | None:
-    if type(rows) is not list:
+def _revived(entry: dict[str, Any], shown: str) -> tuple[list[Model], list[str | None]] | None:
+    """The models of a file's stored entry and their texts (None: not what :meth:`CatalogCache.models`
+    stores)."""
+    states, urls, texts = entry.get("models"), entry.get("urls"), entry.get("json")
+    if any(type(value) is not list for value in (states, urls, texts)) or len(texts) != len(states):
         return None
     models = []
-    width = len(_STORED_FIELDS)
-    for values in rows:
-        if type(values) is not list or len(values) != width:
-            return None
-        state = dict(zip(_STORED_FIELDS, values))
-        state["source"] = shown
-        if "@" in state["url"]:  # its password must stay masked, as on a validating load
-            register_url_secrets(state["url"])
-        model = object.__new__(Model)
-        model.__dict__ = state
-        models.append(model)
-    return models
+    new = object.__new__
+    try:
+        if states and states[0]["source"] != shown:  # stored by a command run from another folder
+            for state in states:
+                state["source"] = shown
+        for state in states:  # the hot loop of a cached load: the dict read becomes the model's state
+            model = new(Model)
+            model.__dict__ = state  # a TypeError unless a dict
+            models.append(model)
+    except (TypeError, KeyError):
+        return None
+    for url in urls:  # its password must stay masked, as on a validating load
+        register_url_secrets(url)
+    return models, texts

@@ -26,6 +26,9 @@ class Model:
     ``dockerfile``, ``scripts`` and ``onnx`` are relative to the model repository root (entries from
     ``scripts/<dir>/`` are re-rooted when loaded). ``scope`` is ``<dir>`` for those entries.
     ``tag_configs`` are the ``key=value`` pairs of the tags that selected the model.
+
+    A model of the catalog loader (validated, or revived from its cache) keeps only the fields its
+    entry sets in ``__dict__`` (the class attributes give the defaults): read fields as attributes.
     """
 
     name: str
@@ -68,22 +71,28 @@ class Model:
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as JSON (known fields, then pass-through fields)."""
+        # a model of the catalog loader holds only the fields its entry sets (class docstring): an
+        # absent one reads as its default here
         state = self.__dict__
+        get = state.get
+        configs = state["tag_configs"]
         out: dict[str, Any] = {
-            "name": state["name"], "dockerfile": state["dockerfile"], "scripts": state["scripts"],
-            "args": self.run_args if state["tag_configs"] else state["args"], "n_gpus": state["n_gpus"],
+            "name": state["name"], "dockerfile": get("dockerfile", ""), "scripts": get("scripts", ""),
+            "args": self.run_args if configs else get("args", ""), "n_gpus": get("n_gpus", "1"),
             "tags": list(state["tags"]),
         }
-        if state["timeout"] is not None:
-            out["timeout"] = state["timeout"]
+        timeout = get("timeout")
+        if timeout is not None:
+            out["timeout"] = timeout
         for name in _OPTIONAL_STRING_FIELDS:
-            if state[name]:
-                out[name] = state[name]
+            value = get(name)  # default ""
+            if value:
+                out[name] = value
         if state["extra"]:
             for key, value in state["extra"].items():
                 out.setdefault(key, value)
-        if state["tag_configs"]:
-            out["tag_configs"] = dict(state["tag_configs"])
+        if configs:
+            out["tag_configs"] = dict(configs)
         return out
 
 
@@ -134,7 +143,6 @@ def _as_timeout(value: Any, source: str, name: str) -> int | None:
 
 KNOWN_FIELDS = frozenset({"name", "args", "n_gpus", "tags", "timeout", *_STRING_FIELDS})
 _STRING_FIELD_SET = frozenset(_STRING_FIELDS)
-_SCALAR_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Model) if f.default is not dataclasses.MISSING}
 
 
 def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Model:
@@ -156,7 +164,9 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
     if not name.isprintable():  # a newline or escape sequence would break logs, image names and perf.csv
         raise CatalogError(f"model name {brief(name)} has control characters", path=source,
                            hint="use letters, digits, '_', '-', '.' or '/'")
-    state = _SCALAR_DEFAULTS.copy()  # filled directly: much cheaper than the dataclass __init__
+    # filled directly, much cheaper than the dataclass __init__, and with only the fields the entry
+    # sets: the class attributes give the others, and the catalog cache stores the state as it is
+    state: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     tags: list[str] = []
     for field, value in entry.items():
@@ -180,9 +190,10 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
             if type(value) in (dict, list) and too_deep(value, MAX_DEPTH - 2):
                 raise _fail(source, name, field, f"nested more than {MAX_DEPTH} levels deep")
             extra[field] = value
-    if "@" in state["url"]:  # https://user:password@host/repo.git: the password is a secret from now on
-        register_url_secrets(state["url"])
-    if not state["scripts"] and not state["onnx"]:
+    url = state.get("url", "")
+    if "@" in url:  # https://user:password@host/repo.git: the password is a secret from now on
+        register_url_secrets(url)
+    if not state.get("scripts") and not state.get("onnx"):
         raise _fail(source, name, "scripts", "is required (a .sh/.py file or a directory with run.sh)")
     state["name"] = name
     state["tags"] = tags

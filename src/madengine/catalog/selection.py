@@ -36,6 +36,18 @@ class TagSpec:
             return self.filter == "all" or self.filter in model.tags or model.name == self.selector
         return self.selector == "all" or model.name == self.selector or self.selector in model.tags
 
+    def select(self, models: list[Model]) -> list[Model]:
+        """The models this tag matches, in catalog order: :meth:`matches` as one comprehension per
+        case, because a tag is tested against every model of a 10,000-model catalog."""
+        selector, scope, filter_ = self.selector, self.scope, self.filter
+        if scope is None:
+            if selector == "all":
+                return list(models)
+            return [m for m in models if m.name == selector or selector in m.tags]
+        if filter_ == "all":
+            return [m for m in models if m.scope == scope]
+        return [m for m in models if m.scope == scope and (filter_ in m.tags or m.name == selector)]
+
 
 def split_tags(values: Iterable[str]) -> list[str]:
     """``['a,b', 'c']`` → ``['a', 'b', 'c']`` (blank pieces dropped)."""
@@ -86,27 +98,35 @@ def _copy(model: Model, configs: list[tuple[str, str]]) -> Model:
 
 
 def select_models(catalog: Catalog, tags: Iterable[str]) -> list[Model]:
-    """The models selected by ``tags`` (see module docstring), each a fresh copy."""
+    """The models selected by ``tags`` (see module docstring), in catalog order.
+
+    Plain selections share the catalog's objects (nothing mutates models); a model with tag configs
+    (or refreshed by ``update_model()``) is a copy, so the catalog stays as loaded."""
     specs = [parse_tag(t) for t in split_tags(tags)]
-    chosen: dict[str, list[tuple[str, str]]] = {}
+    models = catalog.models
+    names: set[str] | None = set()  # None: every model is selected
+    configs: dict[str, list[tuple[str, str]]] = {}  # only the names some tag gives configs
     for spec in specs:
-        hits = catalog.models if spec.selector == "all" else [m for m in catalog.models if spec.matches(m)]
+        hits = spec.select(models)
         if not hits:
             raise UnknownTagError(spec.selector, _suggest(spec.selector, catalog))
-        for model in hits:
-            configs = chosen.setdefault(model.name, [])
-            configs.extend(c for c in spec.configs if c not in configs)
-    selected = []
-    for model in catalog.models:
-        configs = chosen.get(model.name)
-        if configs is None:
-            continue
-        if configs or model.name in catalog.dynamic:
-            # a selected model with configs (or refreshed by update_model) is a copy, so the catalog
-            # stays as loaded; plain selections share the catalog's object (nothing mutates models)
-            model = catalog.refresh_dynamic(_copy(model, configs))
-        selected.append(model)
-    return selected
+        if names is not None:
+            names = None if len(hits) == len(models) else names.union(m.name for m in hits)
+        for model in hits if spec.configs else ():
+            merged = configs.setdefault(model.name, [])
+            merged.extend(c for c in spec.configs if c not in merged)
+    selected = list(models) if names is None else [m for m in models if m.name in names]
+    if not configs and not catalog.dynamic:
+        return selected
+    return [_configured(catalog, m, configs) for m in selected]
+
+
+def _configured(catalog: Catalog, model: Model, configs: dict[str, list[tuple[str, str]]]) -> Model:
+    """``model`` with its tag configs, refreshed when dynamic: a copy when either applies."""
+    merged = configs.get(model.name)
+    if merged is None and model.name not in catalog.dynamic:
+        return model
+    return catalog.refresh_dynamic(_copy(model, merged or []))
 
 
 def list_catalog(catalog: Catalog) -> tuple[list[Model], list[CatalogError]]:

@@ -12,19 +12,22 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import importlib.util
+import operator
 import os
 import posixpath
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from madengine.catalog.schema import Model, model_from_entry
 from madengine.core import jsonio
 from madengine.core.errors import CatalogError
 
 if TYPE_CHECKING:
+    from madengine.catalog.cache import CatalogCache
     from madengine.catalog.custom import CustomModel
 
 _REROOTED = ("dockerfile", "scripts", "onnx")
@@ -36,6 +39,10 @@ class Catalog:
     models: list[Model]
     #: name → the CustomModel behind a dynamic entry (for ``update_model()`` on selection)
     dynamic: dict[str, CustomModel] = dataclasses.field(default_factory=dict)
+    #: the JSON of each model's entry (``to_dict()``) as loaded, in the order of ``models``, where
+    #: the cache kept it (else None): ``discover --json`` prints it for a model it selected as
+    #: loaded instead of rendering 10,000 entries again (a model changed since no longer matches)
+    entry_json: list[str | None] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     def refresh_dynamic(self, model: Model) -> Model:
         """Call ``update_model()`` of a dynamic entry and rebuild the entry from it."""
@@ -58,17 +65,35 @@ def model_root(environ: Mapping[str, str] | None = None) -> Path:
     return Path((os.environ if environ is None else environ).get("MODEL_DIR") or ".").resolve()
 
 
-def _read_json(path: Path, root: Path) -> Any:
+def _read_json(path: Path | str, root: Path) -> Any:
     # no document-wide depth walk on the start-up path: model_from_entry checks the only fields
     # that may nest (unknown ones)
     return jsonio.read_json_file(path, error=CatalogError, shown=_shown(path, root), max_depth=None)
 
 
-def _shown(path: Path, root: Path) -> str:
+def _shown(path: Path | str, root: Path) -> str:
+    """``path`` relative to the working folder when inside it (``Path.relative_to``, on strings:
+    this names each of a hundred files on every start-up)."""
+    text, cwd = os.fspath(path), os.getcwd()
+    if text == cwd:
+        return "."
+    inside = cwd if cwd.endswith(os.sep) else cwd + os.sep
+    return text[len(inside):] if text.startswith(inside) else text
+
+
+#: what ``Path.exists()`` reads as an absent file rather than an error
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def _exists(path: str) -> bool:
+    """``Path(path).exists()`` without making a Path (two per folder on every start-up)."""
     try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return False
+        raise
+    return True
 
 
 def _entries(data: Any, shown: str) -> list[Any]:
@@ -167,7 +192,7 @@ def _load_dynamic(path: Path, scope: str, root: Path) -> list[tuple[Model, Custo
     return [(_unrefreshed(custom, scope, shown), custom) for custom in result]
 
 
-def _static_models(path: Path, root: Path, scope: str | None) -> list[Model]:
+def _static_models(path: Path | str, root: Path, scope: str | None) -> list[Model]:
     shown = _shown(path, root)
     models = [model_from_entry(entry, source=shown, index=index)
               for index, entry in enumerate(_entries(_read_json(path, root), shown))]
@@ -193,39 +218,58 @@ def _load(root: Path, environ: Mapping[str, str]) -> Catalog:
     from madengine.catalog.cache import CatalogCache
 
     cache = CatalogCache.for_root(root.resolve(), environ)
-    models: list[Model] = []
-    dynamic: dict[str, CustomModel] = {}
+    catalog = Catalog(root=root, models=[])
     root_json = root / "models.json"
     scripts_dir = root / "scripts"
     if root_json.exists():  # a folder of that name is an error, not an absent file
-        models.extend(cache.models(root_json, _shown(root_json, root),
-                                   functools.partial(_static_models, root_json, root, None)))
+        _add_static(catalog, cache, root_json, None)
     elif not scripts_dir.is_dir():
         raise CatalogError("no models.json and no scripts/ folder here", path=str(root),
                            hint="run from a model repository or set MODEL_DIR to one")
     if scripts_dir.is_dir():
-        with os.scandir(scripts_dir) as entries:
-            subdirs = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith((".", "_")))
-        for scope in subdirs:
-            folder = scripts_dir / scope
-            json_path = folder / "models.json"
-            py_path = folder / "get_models_json.py"
-            has_json, has_py = json_path.exists(), py_path.exists()
-            if has_json and has_py:
-                raise CatalogError("has both models.json and get_models_json.py", path=_shown(folder, root),
-                                   hint="keep one of the two")
-            if has_json:
-                models.extend(cache.models(json_path, _shown(json_path, root),
-                                           functools.partial(_static_models, json_path, root, scope)))
-            elif has_py:
-                for model, custom in _load_dynamic(py_path, scope, root):
-                    models.append(model)
-                    dynamic[model.name] = custom
+        for scope, json_path, py_path in _scoped_sources(scripts_dir, root):
+            if json_path is not None:
+                _add_static(catalog, cache, json_path, scope)
+            elif py_path is not None:
+                for model, custom in _load_dynamic(Path(py_path), scope, root):
+                    catalog.models.append(model)
+                    catalog.entry_json.append(None)
+                    catalog.dynamic[model.name] = custom
+    _check_unique(catalog.models)
+    cache.save()
+    return catalog
+
+
+def _add_static(catalog: Catalog, cache: CatalogCache, path: Path | str, scope: str | None) -> None:
+    root = catalog.root
+    models, texts = cache.models(path, _shown(path, root), functools.partial(_static_models, path, root, scope))
+    catalog.models.extend(models)
+    catalog.entry_json.extend(texts)
+
+
+def _scoped_sources(scripts_dir: Path, root: Path) -> Iterator[tuple[str, str | None, str | None]]:
+    """``(dir, its models.json, its get_models_json.py)`` for each ``scripts/<dir>`` in name order
+    (hidden and ``_`` folders left out), None for a file it lacks; a folder with both is an error.
+    The paths are strings: a hundred folders are looked at on every start-up."""
+    with os.scandir(scripts_dir) as entries:
+        scopes = sorted(e.name for e in entries if e.is_dir() and not e.name.startswith((".", "_")))
+    for scope in scopes:
+        folder = os.path.join(scripts_dir, scope)
+        json_path, py_path = os.path.join(folder, "models.json"), os.path.join(folder, "get_models_json.py")
+        has_json, has_py = _exists(json_path), _exists(py_path)
+        if has_json and has_py:
+            raise CatalogError("has both models.json and get_models_json.py", path=_shown(folder, root),
+                               hint="keep one of the two")
+        yield scope, json_path if has_json else None, py_path if has_py else None
+
+
+def _check_unique(models: list[Model]) -> None:
+    """Every name once (a set first: the loop that names the two files only when one is not)."""
+    if len(set(map(operator.attrgetter("name"), models))) == len(models):
+        return
     seen: dict[str, str] = {}
     for model in models:
         if model.name in seen:
             raise CatalogError(f"model name '{model.name}' is defined twice (also in {seen[model.name]})",
                                path=model.source, hint="model names must be unique")
         seen[model.name] = model.source
-    cache.save()
-    return Catalog(root=root, models=models, dynamic=dynamic)

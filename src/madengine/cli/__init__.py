@@ -73,9 +73,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(argv: Sequence[str] | None = None, *, full: bool = False) -> argparse.ArgumentParser:
-    """The parser of the command line ``argv``: only the command it names is imported and built
-    (the others are listed with their one-line help), so ``madengine --help`` and ``discover``
-    start fast. ``full`` builds every command (shell completion needs them all)."""
+    """The parser of the command line ``argv``: only the command it names is imported and built,
+    and the others are left out (without a command they are listed with their one-line help), so
+    ``madengine --help`` and ``discover`` start fast. ``full`` builds every command (shell
+    completion needs them all)."""
     from madengine.cli.commands import SUMMARIES
 
     parser = _Parser(prog="madengine", description="Run AI models reliably in containers and measure them.",
@@ -88,7 +89,7 @@ def build_parser(argv: Sequence[str] | None = None, *, full: bool = False) -> ar
     for name in COMMANDS:
         if full or name == wanted:
             importlib.import_module(f"madengine.cli.commands.{name}").add_parser(subparsers)
-        else:
+        elif wanted not in COMMANDS:  # the listing of --help, or the choices of an unknown command's error
             subparsers.add_parser(name, help=SUMMARIES[name])
     for command in _commands(parser):
         add_output_flags(command)

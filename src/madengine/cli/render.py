@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Callable, Sequence
 
 #: ANSI colours of the statuses (only on a TTY, and never with NO_COLOR or --no-color)
@@ -26,6 +25,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: i
     def clip(value: object) -> str:
         text = "" if value is None else one_line(str(value))
         return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+    import textwrap  # only for wrapped columns: not on the start-up path of every command
 
     grids: list[list[list[str]]] = []  # per row, per column, the cell's lines
     for row in rows:

@@ -2,6 +2,8 @@
 
 Catalog loading and ``discover --json`` are on every command's start-up path; orjson parses and
 writes 10,000-model catalogs several times faster. Errors are normalised to ``json.JSONDecodeError``.
+orjson is imported on first use: its imports (uuid, platform, json) cost ~9 ms, which a command
+that reads no JSON (a cached ``discover``) does not need.
 """
 
 from __future__ import annotations
@@ -12,10 +14,29 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from madengine.core.errors import MadEngineError
 
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the stdlib path is exercised where orjson is absent
-    _orjson = None
+_UNSET = object()
+_orjson_module: Any = _UNSET
+
+
+def _orjson() -> Any:
+    """The orjson module, imported on first use, or None where it is not installed."""
+    global _orjson_module
+    if _orjson_module is _UNSET:
+        try:
+            import orjson
+        except ImportError:  # pragma: no cover - the stdlib path is exercised where orjson is absent
+            orjson = None
+        _orjson_module = orjson
+    return _orjson_module
+
+
+def compact_writer() -> str | None:
+    """The file of the orjson that :func:`compact` would use, found without importing it (None:
+    not installed): texts kept from :func:`compact` are what it writes while this is unchanged."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("orjson")
+    return spec.origin if spec is not None else None
 
 
 #: deepest nesting accepted in a configuration document: far beyond any real one, and shallow enough
@@ -24,10 +45,11 @@ MAX_DEPTH = 64
 
 
 def loads(data: bytes | str) -> Any:
-    if _orjson is not None:
+    fast = _orjson()
+    if fast is not None:
         try:
-            return _orjson.loads(data)
-        except _orjson.JSONDecodeError as exc:
+            return fast.loads(data)
+        except fast.JSONDecodeError as exc:
             if "depth limit" in str(exc):
                 raise RecursionError("JSON nested too deeply") from None
             # else re-parse with json for its line/column message
@@ -52,14 +74,39 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 def dumps(value: Any, indent: bool = False) -> str:
-    if _orjson is not None and not indent:
+    fast = None if indent else _orjson()
+    if fast is not None:
         try:
-            return _orjson.dumps(value).decode()
+            return fast.dumps(value).decode()
         except TypeError:
             pass  # non-str keys or exotic types: fall back
     import json
 
     return json.dumps(value, indent=1 if indent else None)
+
+
+def compact(value: Any) -> str | None:
+    """``value`` as :func:`dumps` writes it with orjson, or None without orjson or when orjson
+    refuses it: texts from here join into the array :func:`dumps` writes (:func:`joined`)."""
+    fast = _orjson()
+    if fast is None:
+        return None
+    try:
+        return fast.dumps(value).decode()
+    except TypeError:
+        return None
+
+
+def joined(texts: list[str | None]) -> str | None:
+    """``dumps`` of the list of values whose :func:`compact` texts these are, or None when one is
+    missing. Texts kept from an earlier process are only valid while :func:`compact_writer` is
+    the same (the catalog cache keeps it in its key)."""
+    if not all(texts):
+        return None
+    try:
+        return "[" + ",".join(texts) + "]"  # type: ignore[arg-type]
+    except TypeError:  # not texts after all (a damaged cache): the caller writes the values
+        return None
 
 
 def json_problem(exc: BaseException) -> tuple[str, str]:

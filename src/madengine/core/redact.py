@@ -47,7 +47,7 @@ def _mask_url_password(match: re.Match) -> str:
 
 def url_passwords(text: str) -> list[str]:
     """The passwords of the URLs in ``text`` (as written, and percent-decoded when that differs)."""
-    if "://" not in text or "@" not in text:
+    if "@" not in text or "://" not in text:  # "@" first: a memchr, where ":" is in every JSON text
         return []
     found = []
     for match in _URL_PASSWORD.finditer(text):
@@ -70,7 +70,7 @@ def redact(text: str) -> str:
     """Return ``text`` with every registered secret and every URL password replaced by a mask."""
     if not text:
         return text
-    if "://" in text and "@" in text:
+    if "@" in text and "://" in text:  # "@" first: a memchr, where ":" is in every JSON text
         text = _URL_PASSWORD.sub(_mask_url_password, text)
     if not _ordered:
         return text

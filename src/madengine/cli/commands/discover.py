@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from madengine.cli.env import Environment
 from madengine.core.errors import ExitStatus
 from madengine.cli.commands import SUMMARIES
+
+if TYPE_CHECKING:
+    from madengine.catalog import Catalog, Model
 
 
 def add_tags_argument(parser: argparse.ArgumentParser, required: bool = False) -> None:
@@ -35,11 +39,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         for error in invalid:  # listed without tags, a broken dynamic model only warns
             env.message(f"madengine: warning: not listed: {error}")
     if args.json:
-        from madengine.core import jsonio
-        from madengine.core.gcpause import collector_paused
-
-        with collector_paused():  # 10,000 short-lived dicts: not worth scanning for cycles
-            env.data(jsonio.dumps([m.to_dict() for m in models], indent=args.pretty))
+        env.data(_json(catalog, models, args.pretty))
         return ExitStatus.OK
     from madengine.cli.render import table
 
@@ -47,3 +47,37 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     env.data(table(("name", "tags", "dockerfile", "scripts", "args"), rows))
     env.message(f"{len(models)} model(s) in {catalog.root}")
     return ExitStatus.OK
+
+
+def _json(catalog: Catalog, models: list[Model], pretty: bool) -> str:
+    """The JSON array of the models' entries: the texts the catalog kept where it did (the same
+    text: rendering 10,000 entries again would be most of a cached ``discover``)."""
+    from madengine.core import jsonio
+    from madengine.core.gcpause import collector_paused
+
+    texts = None if pretty else _entry_texts(catalog, models)
+    text = jsonio.joined(texts) if texts is not None else None
+    if text is None:
+        with collector_paused():  # 10,000 short-lived dicts: not worth scanning for cycles
+            text = jsonio.dumps([m.to_dict() for m in models], indent=pretty)
+    return text
+
+
+def _entry_texts(catalog: Catalog, models: list[Model]) -> list[str | None] | None:
+    """The JSON of each model's entry: as the catalog kept it for a model selected unchanged, else
+    rendered here (a copy with tag configs); None where the catalog kept none (the cache off)."""
+    import operator
+
+    from madengine.core import jsonio
+
+    kept = catalog.entry_json
+    if len(kept) != len(catalog.models) or not any(kept):
+        return None
+    if len(models) == len(kept) and all(map(operator.is_, models, catalog.models)):
+        texts = kept  # the whole catalog as loaded: 'all', or a tag of every model
+    else:
+        by_model = dict(zip(map(id, catalog.models), kept))
+        texts = [by_model.get(id(m)) for m in models]
+    if all(texts):
+        return texts
+    return [text or jsonio.compact(m.to_dict()) for text, m in zip(texts, models)]
