@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import compile_madengine
+
 ROOT_MODELS = 100
 DIRS = 100
 PER_DIR = 99
@@ -51,17 +53,8 @@ def wall(argv: list[str], cwd: Path, repeats: int = 7, **env: str) -> tuple[floa
     return statistics.median(times), out
 
 
-def compile_package() -> None:
-    """Write the .pyc files of madengine, as a wheel install does (the module docstring says why)."""
-    import compileall
-
-    import madengine
-
-    compileall.compile_dir(os.path.dirname(madengine.__file__), quiet=1)
-
-
 def main() -> None:
-    compile_package()
+    compile_madengine()
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as cache:
         root = Path(tmp)
         count = make_catalog(root)
