@@ -1,6 +1,7 @@
 """Speed-up of `madengine run --parallel 2` over a sequential run on this host.
 
-Eight CPU models, each one core of busy work for about a second, run side by side in one
+Eight CPU models, each one core of busy work for about a second (calibrated in the interpreter the
+models run in), run side by side in one
 process of this script, alternating, ROUNDS times:
   A. `madengine run --tags busy --parallel 2`
   B. `madengine run --tags busy` (sequential)
@@ -41,13 +42,27 @@ print(f"performance: {n / 1e6:.1f} Miterations")
 '''
 
 
+#: BUSY's loop alone, timed by itself (an interpreter's start-up is not the model's work)
+LOOP_TIME = r"""
+import sys, time
+n = int(sys.argv[1])
+start = time.perf_counter()
+x = 0
+for i in range(n):
+    x += i * i
+print(time.perf_counter() - start)
+"""
+
+
 def calibrate(seconds: float) -> int:
-    """Iterations of BUSY's loop that take ``seconds`` of one core here."""
+    """Iterations of BUSY's loop that take ``seconds`` of one core where the models run: the
+    host's interpreter for local, the base image's for docker (the two builds of CPython differ
+    in speed, here by ~1.7×)."""
+    python = ["docker", "run", "--rm", BASE, "python3"] if EXECUTOR == "docker" else [sys.executable]
     n = 200_000
     while True:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", BUSY, str(n)], check=True, stdout=subprocess.DEVNULL)
-        took = time.perf_counter() - start
+        took = float(subprocess.run([*python, "-c", LOOP_TIME, str(n)], check=True, capture_output=True,
+                                    text=True).stdout)
         if took > 0.3:
             return int(n * seconds / took)
         n *= 4
