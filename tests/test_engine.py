@@ -25,7 +25,7 @@ def _frame(stream: int, data: bytes) -> bytes:
 
 @pytest.fixture
 def engine(docker_client) -> Engine:
-    return connect(environ={})
+    return connect({})
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_a_missing_image_is_a_create_error(engine):
 
 def test_no_engine_is_a_service_error_and_a_gone_engine_an_os_error(tmp_path):
     with pytest.raises(ServiceError, match="no Docker engine answers"):
-        connect(environ={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
+        connect({"DOCKER_HOST": f"unix://{tmp_path}/none.sock"})
     with pytest.raises(OSError) as refused:
         Engine(str(tmp_path / "none.sock")).ping()
     assert is_engine_gone(refused.value)

@@ -348,3 +348,12 @@ def test_a_script_at_the_repository_root_runs_without_copying_its_runs_folder(tm
 def test_an_unbounded_timeout_is_refused(model_repo, cli):
     result = cli("run", "--tags", "dummy", "--timeout", "99999999999999")
     assert result.code == 2 and "--timeout" in result.stderr
+
+
+def test_the_injected_environment_names_the_docker_engine(model_repo, cli, tmp_path):
+    """DOCKER_HOST comes from the command's environment, not the process's (in-process runs)."""
+    result = cli("run", "--tags", "dummy", "--executor", "docker",
+                 environ={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert result.code == 2 and "no Docker engine answers" in result.stderr, result
+    built = cli("build", "--tags", "dummy", environ={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    assert built.code == 2 and "no Docker engine answers" in built.stderr, built

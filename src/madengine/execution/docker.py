@@ -37,12 +37,12 @@ RUN_LABEL = "madengine.run"
 ENGINE_RETURN_WAIT = 20.0
 
 
-def connect(timeout: float = 5.0, hint: str = "start dockerd (scripts/docker-up.sh) or use --executor local",
-            environ: Mapping[str, str] | None = None) -> Engine:
-    """The engine ``DOCKER_HOST`` names, once it answered a ping; else :class:`ServiceError` saying
-    what to do (``hint``)."""
+def connect(environ: Mapping[str, str], *, timeout: float = 5.0,
+            hint: str = "start dockerd (scripts/docker-up.sh) or use --executor local") -> Engine:
+    """The engine ``DOCKER_HOST`` (in the command's ``environ``) names, once it answered a ping;
+    else :class:`ServiceError` saying what to do (``hint``)."""
     try:
-        engine = Engine.from_env(os.environ if environ is None else environ)
+        engine = Engine.from_env(environ)
         engine.timeout = timeout
         engine.ping()
     except ImportError:

@@ -46,7 +46,7 @@ class Engine:
         self.address = address
         self.tls = tls
         self.timeout = timeout
-        self._environ = dict(environ if environ is not None else os.environ)
+        self._environ = dict(environ or {})  # the command's: for the SDK (TLS, ssh) when one is needed
         self._sdk: Any = None
 
     @classmethod

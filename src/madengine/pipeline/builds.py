@@ -30,8 +30,8 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
         options = dataclasses.replace(options, registry=transport.check_registry(options.registry))
     selection = select(request.tags, root=model_root(host.environ))
     context = build_context(context_file=request.context_file, context_string=request.context_string)
-    client = connect_docker("start dockerd (scripts/docker-up.sh); 'madengine build' builds images, which needs "
-                            "an engine")
+    client = connect_docker(host.environ, "start dockerd (scripts/docker-up.sh); 'madengine build' builds images, "
+                                          "which needs an engine")
     build_id = new_run_id()
     images = build_images(client, request.build, root=selection.catalog.root, context=context,
                           run_dir=Path(request.runs_dir) / build_id, reporter=reporter)

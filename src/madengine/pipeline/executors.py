@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from madengine.context import Context
 from madengine.core.errors import ServiceError
@@ -13,18 +13,19 @@ from madengine.execution import BuildOptions, Executor
 from madengine.pipeline.selection import Selection
 
 
-def connect_docker(hint: str | None = None) -> Any:
+def connect_docker(environ: Mapping[str, str], hint: str | None = None) -> Any:
+    """The engine the (injected) environment's ``DOCKER_HOST`` names, once it answered."""
     from madengine.execution.docker import connect
 
-    return connect(hint=hint) if hint else connect()
+    return connect(environ, hint=hint) if hint else connect(environ)
 
 
-def wants_docker(executor: str, reporter: Reporter) -> Any | None:
-    """A Docker client for ``docker``/``auto``; None when ``auto`` finds no engine (said on stderr)."""
+def wants_docker(executor: str, reporter: Reporter, environ: Mapping[str, str]) -> Any | None:
+    """A Docker engine for ``docker``/``auto``; None when ``auto`` finds no engine (said on stderr)."""
     if executor == "local":
         return None
     try:
-        return connect_docker()
+        return connect_docker(environ)
     except ServiceError:
         if executor == "docker":
             raise
@@ -49,7 +50,7 @@ def choose_executor(executor: str, selection: Selection, build: BuildOptions, tr
     """docker (images built from the catalog, or the manifest's) or local."""
     if selection.manifest is not None:
         executor = "docker"
-    client = wants_docker(executor, reporter)
+    client = wants_docker(executor, reporter, host.environ)
     if client is None:
         from madengine.execution.local import LocalExecutor
 

@@ -30,11 +30,12 @@ MODEL_FOLDER = "/opt/madengine_model"
 class ContainerCells:
     """Runs cells in containers of ``image`` (a :data:`~madengine.bench.scorecard.runner.CellRunner`)."""
 
-    def __init__(self, image: str, run_dir: Path, run_id: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, image: str, run_dir: Path, run_id: str, options: Mapping[str, Any],
+                 environ: Mapping[str, str]) -> None:
         from madengine.execution.docker import DockerExecutor, connect
         from madengine.execution.engine import EngineError
 
-        client = connect()
+        client = connect(environ)  # the command's DOCKER_HOST
         try:
             client.inspect_image(image)
         except EngineError:

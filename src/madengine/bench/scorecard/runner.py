@@ -305,7 +305,7 @@ def _cell_runner(request: ScorecardRequest, summary: ScorecardSummary,
     if request.image:
         from madengine.bench.scorecard.container import ContainerCells
 
-        cells = ContainerCells(request.image, summary.run_dir, summary.run_id, options)
+        cells = ContainerCells(request.image, summary.run_dir, summary.run_id, options, request.environ)
         return cells.run, cells.close
 
     def in_process(backend: str, model: Path, feeds: Any, shapes: Any, *, timed: bool, batch_size: int,
