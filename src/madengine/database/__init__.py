@@ -3,7 +3,7 @@
 ``update-table`` can always bring up to date. Database drivers are imported only when used.
 """
 
-import importlib
+from madengine.core.lazy import lazy_exports
 
 #: each public name and the module that defines it, imported on first use: ``run`` reaches
 #: ``database.live`` for every command, and the drivers' modules cost ~80 ms to import
@@ -17,13 +17,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, {name: f"{__name__}.{home}" for name, home in _HOMES.items()})
 
 
 __all__ = [

@@ -9,8 +9,7 @@ on first use, so a run that needs only the option groups does not load Slurm or 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from madengine.core.lazy import lazy_exports
 
 _EXPORTS = {
     "Manifest": "madengine.distributed.manifest", "ManifestImages": "madengine.distributed.manifest",
@@ -21,10 +20,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'madengine.distributed' has no attribute '{name}'")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)

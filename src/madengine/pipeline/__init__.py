@@ -10,17 +10,13 @@ on first use: a run does not load the build's registry code, nor a build the run
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from madengine.core.lazy import lazy_exports
 
 _EXPORTS = {"RunRequest": "madengine.pipeline.requests", "BuildRequest": "madengine.pipeline.requests",
             "run": "madengine.pipeline.runs", "build": "madengine.pipeline.builds"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'madengine.pipeline' has no attribute '{name}'")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)

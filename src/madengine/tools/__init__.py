@@ -12,6 +12,8 @@ Also hosts ``madengine.tools.discover_models``, the import path older model repo
 from pathlib import Path
 from typing import Any
 
+from madengine.core.lazy import lazy_exports
+
 _EXPORTS = {
     "apply_tools": "madengine.tools.apply", "TOOLS_DIR": "madengine.tools.apply",
     "BUNDLED_TOOLS_JSON": "madengine.tools.config", "ScriptRef": "madengine.tools.config",
@@ -20,13 +22,8 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Lazy: ``madengine.tools.discover_models`` (imported by model repositories) must stay light.
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'madengine.tools' has no attribute '{name}'")
+# lazy: ``madengine.tools.discover_models`` (imported by model repositories) must stay light
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def validate_tools(context: Any, tools_json: str | None, root: Path) -> None:
