@@ -29,16 +29,10 @@ class TagSpec:
     filter: str
     configs: tuple[tuple[str, str], ...]
 
-    def matches(self, model: Model) -> bool:
-        if self.scope is not None:
-            if model.scope != self.scope:
-                return False
-            return self.filter == "all" or self.filter in model.tags or model.name == self.selector
-        return self.selector == "all" or model.name == self.selector or self.selector in model.tags
-
     def select(self, models: list[Model]) -> list[Model]:
-        """The models this tag matches, in catalog order: :meth:`matches` as one comprehension per
-        case, because a tag is tested against every model of a 10,000-model catalog."""
+        """The models this tag matches, in catalog order: a name or tag, or inside ``scripts/<dir>``
+        its ``all``, a tag or the model itself. One comprehension per case: a tag is tested
+        against every model of a 10,000-model catalog."""
         selector, scope, filter_ = self.selector, self.scope, self.filter
         if scope is None:
             if selector == "all":
