@@ -155,22 +155,19 @@ class DockerExecutor:
                 # written before it, and waits forever on a container that already ended)
                 for chunk in engine.logs(container.id):
                     sink.feed(chunk)
-                state = _ended(engine, container.id)
+                info = _ended(engine, container.id)
         except KeyboardInterrupt as exc:
             self._kill(spec)
             sink.close()
             return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
         sink.close()
+        state = info.get("State") or {}
         duration = _engine_duration(state) or time.monotonic() - started
         if timed_out.is_set():
             return StepResult(None, duration, sink.text(), timed_out=True)
-        cause = "out of memory: the kernel's OOM killer stopped the model" + self._limit(container) \
+        cause = "out of memory: the kernel's OOM killer stopped the model" + _limit_text(_memory_limit(info)) \
             if state.get("OOMKilled") else ""
         return StepResult(state.get("ExitCode"), duration, sink.text(), cause=cause)
-
-    def _limit(self, container: "_Container") -> str:
-        limit = (self._engine().inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
-        return f" at the container's memory limit of {_mib(limit)}" if limit else " (no container memory limit)"
 
     def _run_exec(self, spec: RunSpec, step: Step, timeout: int | None, sink: LineSink) -> StepResult:
         engine = self._engine()
@@ -222,7 +219,7 @@ class DockerExecutor:
         try:
             probe = engine.exec_create(container.id, ["cat", *_OOM_COUNTERS])
             text = b"".join(engine.exec_start(probe)).decode("utf-8", "replace")
-            limit = (engine.inspect_container(container.id).get("HostConfig") or {}).get("Memory") or 0
+            limit = _memory_limit(engine.inspect_container(container.id))
         except EngineError:
             return ""
         kills = [int(line.split()[1]) for line in text.splitlines()
@@ -305,13 +302,22 @@ class _Container:
 
 
 def _ended(engine: Engine, container: str) -> dict[str, Any]:
-    """The State of a container whose output stream ended: inspected once it is no longer running
-    (the log stream can close a moment before the engine records the exit)."""
-    state = engine.inspect_container(container).get("State") or {}
-    if state.get("Running"):
+    """The inspection of a container whose output stream ended, once it is no longer running (the
+    log stream can close a moment before the engine records the exit)."""
+    info = engine.inspect_container(container)
+    if (info.get("State") or {}).get("Running"):
         engine.wait(container)
-        state = engine.inspect_container(container).get("State") or {}
-    return state
+        info = engine.inspect_container(container)
+    return info
+
+
+def _memory_limit(info: dict[str, Any]) -> int:
+    """The container's memory limit in bytes (0: none) from its inspection."""
+    return (info.get("HostConfig") or {}).get("Memory") or 0
+
+
+def _limit_text(limit: int) -> str:
+    return f" at the container's memory limit of {_mib(limit)}" if limit else " (no container memory limit)"
 
 
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")

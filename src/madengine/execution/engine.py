@@ -54,7 +54,7 @@ class Engine:
         """The engine ``DOCKER_HOST`` names (the local socket when unset)."""
         host = environ.get("DOCKER_HOST", "").strip()
         if not host or host.startswith("unix://"):
-            return cls(host[len("unix://"):] or DEFAULT_SOCKET if host else DEFAULT_SOCKET, environ=environ)
+            return cls(host.removeprefix("unix://") or DEFAULT_SOCKET, environ=environ)
         if host.startswith("tcp://"):
             hostname, _, port = host[len("tcp://"):].rstrip("/").rpartition(":")
             tls = _tls_context(environ) if environ.get("DOCKER_TLS_VERIFY") else None
@@ -139,10 +139,7 @@ class Engine:
     def _call(self, method: str, path: str, *, query: Mapping[str, str] | None = None, body: Any = None,
               raw: bool = False, timeout: float | None = CALL_TIMEOUT) -> Any:
         response = _Response(self._send(method, path, query, body, timeout))
-        try:
-            data = response.read_all()
-        finally:
-            response.close()
+        data = response.read_all()  # which closes the connection, also when the answer is cut short
         if response.status >= 400:
             raise EngineError(response.status, _message(data))
         return data if raw else json.loads(data) if data else None
@@ -151,9 +148,7 @@ class Engine:
                 body: Any = None) -> Iterator[bytes]:
         response = _Response(self._send(method, path, query, body, None))
         if response.status >= 400:
-            data = response.read_all()
-            response.close()
-            raise EngineError(response.status, _message(data))
+            raise EngineError(response.status, _message(response.read_all()))
         return response.chunks()
 
     def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any,
