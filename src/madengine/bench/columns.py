@@ -1,7 +1,10 @@
 """The benchmark statistics as perf.csv extra columns (shared by ``madengine bench`` and models.json).
 
 Both paths turn a harness result (see :func:`madengine.bench.harness.engine.benchmark`) into the
-same columns with :func:`bench_columns`, so a row means the same whichever path wrote it.
+same columns with :func:`bench_columns`, so a row means the same whichever path wrote it. Where a
+result was measured (:func:`environment_columns`: the CPU model, its relevant flags, the versions of
+the runtimes) is the same three columns in bench and scorecard rows. The precision a result was
+computed at is not an extra column: it is perf.csv's own ``training_precision`` (set by the callers).
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from madengine.bench.harness.engine import metric_value
 
 #: extra perf.csv columns, in this order, after madengine's own
 BENCH_COLUMNS = (
-    "ort_provider", "ort_version", "cpu_model", "threads", "model_sha256", "batch_size", "input_shapes",
+    "ort_provider", "ort_version", "runtime_versions", "cpu_model", "cpu_flags", "threads", "model_sha256",
+    "batch_size", "input_shapes",
     "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv", "latency_min_ms",
     "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
     "inferences_per_second", "samples_per_second", "session_create_ms", "first_inference_ms", "prepared_cache",
@@ -35,10 +39,13 @@ def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str 
     """The extra columns of one benchmark result."""
     stats = result["stats"]
     environment = result.get("environment", {})
+    where = environment_columns(environment)
     columns: dict[str, Any] = {
         "ort_provider": result.get("provider", ""),
         "ort_version": environment.get("ort_version", ""),
-        "cpu_model": environment.get("cpu_model", ""),
+        "runtime_versions": where["runtime_versions"],
+        "cpu_model": where["cpu_model"],
+        "cpu_flags": where["cpu_flags"],
         "threads": result.get("threads") or "auto",
         "model_sha256": model_sha256 or result.get("model_sha256", ""),
         "batch_size": result.get("batch_size", ""),
@@ -50,6 +57,17 @@ def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str 
     columns["first_inference_ms"] = significant(result.get("first_inference_ms"))
     columns["prepared_cache"] = cache or result.get("prepared_cache", "off")
     return columns
+
+
+def environment_columns(environment: dict[str, Any]) -> dict[str, Any]:
+    """``cpu_model``, ``cpu_flags`` (the relevant ones, space-separated as in /proc/cpuinfo) and
+    ``runtime_versions`` (package → version of what computed, as JSON) of a result's environment.
+    ``versions`` there names them; a harness result before it had them names onnxruntime alone."""
+    versions = environment.get("versions")
+    if versions is None and environment.get("ort_version"):
+        versions = {"onnxruntime": environment["ort_version"]}
+    return {"cpu_model": environment.get("cpu_model", ""), "cpu_flags": " ".join(environment.get("cpu_flags", [])),
+            "runtime_versions": dict(sorted((versions or {}).items()))}
 
 
 def latency_columns(stats: dict[str, Any]) -> dict[str, Any]:
