@@ -100,6 +100,11 @@ def precision_names(text: str) -> list[str]:
     return names
 
 
+def add_precision_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--precision P[,P...] of bench and scorecard (None when not given: f32)."""
+    parser.add_argument("--precision", type=precision_names, metavar="P,...", help=help_text)
+
+
 def _providers(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
@@ -138,9 +143,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--axes", type=_assignment, action="append", default=[], metavar="NAME=N",
                         help="size of one named dynamic axis (command-line models)")
     add_timing_arguments(parser, threads_help="intra-op threads (default: onnxruntime's, one per physical core)")
-    parser.add_argument("--precision", type=precision_names, metavar="P,...", default=None,
-                        help="what the provider may compute in: f32 (default), tf32 (cuda), fp16 (tensorrt), or the "
-                             "model's own type; several make one row per precision (.onnx models)")
+    add_precision_argument(parser, "what the provider may compute in: f32 (default), tf32 (cuda), fp16 "
+                                   "(tensorrt), or the model's own type; several make one row per precision")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from madengine.cli.commands.bench import add_timing_arguments, precision_names, tolerance, trace_note
+from madengine.cli.commands.bench import add_precision_argument, add_timing_arguments, tolerance, trace_note
 from madengine.cli.env import CliReporter, Environment
 from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.core.errors import ExitStatus
@@ -55,9 +55,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                              "backends of this host's GPUs): onnxruntime-cpu-opt-disabled, onnxruntime-cpu-opt-all, "
                              "openvino-cpu, tvm-relax-llvm, onnxruntime-cuda, onnxruntime-tensorrt, openvino-gpu; "
                              "BACKEND:PRECISION for a cell at a precision of its own (openvino-cpu:bf16)")
-    parser.add_argument("--precision", type=precision_names, metavar="P,...", default=None,
-                        help="precision of every cell that names none: f32 (default), tf32, bf16, fp16, int8; "
-                             "several make one cell per backend and precision. The reference stays f32")
+    add_precision_argument(parser, "precision of every cell that names none: f32 (default), tf32, bf16, fp16, int8; "
+                                   "several make one cell per backend and precision. The reference stays f32")
     add_timing_arguments(parser, threads_help="intra-op threads of every backend (default: each backend's own)")
     parser.add_argument("--atol", type=tolerance, metavar="X",
                         help="absolute tolerance for models that set none (default 1e-4)")
