@@ -351,6 +351,13 @@ def test_torch_eager_computes_ieee_f32_whatever_the_script_set():
         assert torch.get_float32_matmul_precision() == "medium"  # the script's own setting, back
     finally:
         torch.set_float32_matmul_precision(before)
+    # a module of another type computes in its own type, reported as such; no other is made up
+    half = TorchEagerBackend(torch.nn.Linear(8, 8).half(), (torch.ones(2, 8).half(),), {}, ["input_0"])
+    feeds = {"input_0": torch.ones(2, 8).half().numpy()}
+    for precision in ("f32", "fp16"):
+        assert measure_backend(half, None, feeds, {}, warmup=0, iterations=1, precision=precision).precision == "fp16"
+    with pytest.raises(BackendUnsupported, match="torch-eager cannot run bf16: it computes in the model's own types"):
+        measure_backend(half, None, feeds, {}, warmup=0, iterations=1, precision="bf16")
 
 
 def test_precision_names_parse_property():

@@ -104,11 +104,17 @@ class Backend(abc.ABC):
         asked; never a reduced precision of the runtime's own choosing). Raises BackendUnsupported /
         BackendError."""
 
+    def own_precision(self, model: str | Path | None) -> str:
+        """The precision of the model's own types, which a backend without a mode computes in."""
+        return precisions.model_precision(model) if model else ""
+
     def check_precision(self, precision: str, model: str | Path | None) -> None:
         """BackendUnsupported, before anything is compiled, when the backend cannot run ``precision``
         (see :func:`madengine.bench.harness.precision.require_mode`)."""
+        if precision == precisions.DEFAULT:
+            return
         try:
-            precisions.require_mode(self.id, self.reduced_precisions, precision, model)
+            precisions.require_mode(self.id, self.reduced_precisions, precision, self.own_precision(model))
         except PrecisionUnsupported as exc:
             raise BackendUnsupported(exc.message, hint=exc.hint) from None
 
@@ -187,7 +193,7 @@ def _require_reported(backend: Backend, session: Session, precision: str, model:
     reported = precisions.normalise(session.details.get("precision"))
     allowed = {precision}
     if precision == precisions.DEFAULT:
-        allowed |= {"", precisions.model_precision(model) if model else ""}
+        allowed |= {"", backend.own_precision(model)}
     if reported not in allowed:
         raise BackendUnsupported(f"{backend.id} was asked for {precision} but reports {reported or 'nothing'}: "
                                  "it did not take the precision (never a silent fallback)")

@@ -232,6 +232,9 @@ class TorchEagerBackend(Backend):
     def versions(self) -> dict[str, str]:
         return {"torch": self.version()}
 
+    def own_precision(self, model: str | Path | None) -> str:
+        return parameters_precision(self.model)  # the module's, not a file's
+
     def prepare(self, model: str | Path | None, shapes: Shapes, threads: int | None = None,
                 precision: str = precisions.DEFAULT) -> Session:
         try:

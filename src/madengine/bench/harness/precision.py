@@ -180,19 +180,17 @@ def ort_provider_options(provider: str, precision: str, model_path: Any) -> dict
     modes = ORT_PRECISION_OPTIONS.get(provider, {})
     if precision in modes:
         return dict(modes[precision])
-    require_mode(f"onnxruntime's {provider}", modes, precision, model_path)
+    require_mode(f"onnxruntime's {provider}", modes, precision,
+                 model_precision(model_path) if precision != DEFAULT else "")
     return dict(modes.get(DEFAULT, {}))
 
 
-def require_mode(runtime: str, modes: Iterable[str], precision: str, model_path: Any) -> None:
-    """Nothing when ``runtime`` can compute at ``precision``: ``f32``, one of its ``modes``, or the
-    precision of the model's own weights (which a runtime without that mode computes in). Else
+def require_mode(runtime: str, modes: Iterable[str], precision: str, own: str) -> None:
+    """Nothing when ``runtime`` can compute at ``precision``: ``f32``, one of its ``modes``, or ``own``,
+    the precision of the model's own weights (which a runtime without that mode computes in). Else
     :class:`PrecisionUnsupported` saying what it offers: madengine never rewrites a model."""
     offered = [mode for mode in PRECISIONS if mode in set(modes) and mode != DEFAULT]
-    if precision == DEFAULT or precision in offered:
-        return
-    own = model_precision(model_path) if model_path else ""
-    if own == precision:
+    if precision == DEFAULT or precision in offered or precision == own:
         return
     what = "modes " + ", ".join(offered) if offered else "no reduced-precision mode"
     raise PrecisionUnsupported(
