@@ -255,8 +255,9 @@ class ModelRunner:
     def _run_spec(self, model: Model, target: Target, facts: RunFacts, gpu_ids: list[int],
                   cpus: list[int]) -> Iterator[PerfRecord]:
         artifacts_dir = self.run_dir / target.key
-        try:
-            step, script_dir = script_step(model, self.root, model.run_args) if model.scripts else (None, None)
+        try:  # a model with a url may find its script in the clone: looked for once cloned
+            step, script_dir = script_step(model, self.root, model.run_args) \
+                if model.scripts and not model.url else (None, None)
         except MadEngineError as exc:
             yield self.failure(model, str(exc), **facts.values())
             return
@@ -299,6 +300,10 @@ class ModelRunner:
 
             spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path, self.root,
                                                     self.host.environ)
+            if spec.model.scripts:
+                model_step, script_dir = script_step(spec.model, self.root, spec.model.run_args,
+                                                     clone=spec.workdir / spec.model_cwd)
+                spec.steps.insert(0, model_step)
         if script_dir is not None:
             copy_tree(script_dir, spec.workdir / spec.model_cwd)
         for step in spec.steps:
