@@ -57,7 +57,7 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "perf_cv",  # stddev / |mean|, a fraction
     "perf_min",
     "perf_max",
-    "perf_ci95_low",  # 95 % confidence interval of the mean (Student's t)
+    "perf_ci95_low",  # 95 % CI: of the geometric mean (log-scale t) for positive figures, else of the mean
     "perf_ci95_high",
     "perf_samples",  # JSON list of every kept sample, in run order
     "warmup_runs",  # discarded runs before the kept ones
