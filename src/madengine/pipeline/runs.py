@@ -122,6 +122,15 @@ def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
         summary.details["containers_left"] = left
         reporter.message("madengine: warning: the Docker engine did not come back in time to remove "
                          f"{', '.join(left)}; remove with: docker rm -f {' '.join(left)}")
+    release_images(executor)
+
+
+def release_images(executor: Any) -> None:
+    """Once the run's containers are gone, the images rebuilds replaced while a container held
+    them are removed (an image source that builds has a ``close``; manifest images have none)."""
+    close = getattr(getattr(executor, "images", None), "close", None)
+    if close is not None:
+        close()
 
 
 def _provenance_context(context: Context) -> dict:
