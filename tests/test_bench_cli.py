@@ -56,8 +56,8 @@ def test_bench_one_model_table_row_and_artifacts(cli, tmp_path):
 
     from madengine.bench.harness.precision import cpu_flags
 
-    assert row["training_precision"] == "f32"
-    assert json.loads(row["runtime_versions"])["onnxruntime"] == onnxruntime.__version__
+    assert (row["training_precision"], row["precision_source"]) == ("f32", "reported")
+    assert json.loads(row["framework_versions"])["onnxruntime"] == onnxruntime.__version__
     assert row["cpu_flags"].split() == cpu_flags()
     assert float(row["performance"]) == pytest.approx(float(row["samples_per_second"]))
     assert float(row["samples_per_second"]) == pytest.approx(4 * float(row["inferences_per_second"]), rel=1e-4)

@@ -126,7 +126,8 @@ def test_real_models_on_every_cpu_backend(cli, models, tmp_path):
     import openvino
 
     openvino_row = [r for r in rows if r["backend"] == "openvino-cpu" and r["model"] == "vision/resnet18@1"][0]
-    assert json.loads(openvino_row["runtime_versions"])["openvino"] == openvino.__version__
+    assert json.loads(openvino_row["framework_versions"])["openvino"] == openvino.__version__
+    assert openvino_row["precision_source"] == "reported" and skipped["precision_source"] == ""
     assert openvino_row["cpu_flags"].split() == cpu_flags() and openvino_row["cpu_model"]
     # the same rows in the results database
     from madengine.database import fetch_run

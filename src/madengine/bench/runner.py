@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from madengine.bench import cache as prepared_cache
-from madengine.bench.columns import bench_columns, performance
+from madengine.bench.columns import bench_columns, performance, set_reported
 from madengine.bench.harness import HarnessError, HarnessInputError, engine
 from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.errors import PrecisionUnsupported
@@ -320,7 +320,7 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
     stats_file = artifacts / "bench_result.json"
     stats_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
     record.status = Status.SUCCESS
-    record.training_precision = result.get("precision", "")
+    set_reported(record, result.get("precision", ""), result.get("environment", {}))
     record.performance, record.metric = performance(result, request.metric)
     record.test_duration = time.monotonic() - started
     record.artifacts = [str(stats_file), *result.get("profile_files", [])]

@@ -55,7 +55,8 @@ class TvmRelaxBackend(Backend):
     install_hint = "pip install apache-tvm"
 
     def versions(self) -> dict[str, str]:
-        return {**super().versions(), "onnx": package_version("onnx")}  # its ONNX frontend reads the file
+        # by distribution name, as run rows' framework_versions name them; its ONNX frontend reads the file
+        return {"apache-tvm": self.version(), "onnx": package_version("onnx")}
 
     def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None,
                 precision: str = precisions.DEFAULT) -> Session:

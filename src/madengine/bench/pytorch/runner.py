@@ -39,7 +39,7 @@ from typing import Any, Iterator
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
-from madengine.bench.columns import bench_columns, performance, set_column, significant
+from madengine.bench.columns import bench_columns, performance, set_column, set_reported, significant
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
@@ -467,7 +467,7 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
         return _finish(BackendResult(backend_id, record), result, context, span)
     harness_result = _harness_result(run, backend, context, batch, example, request)
     record.status = Status.SUCCESS
-    record.training_precision = run.precision
+    set_reported(record, run.precision, harness_result["environment"])
     record.performance, record.metric = performance(harness_result, request.metric)
     record.test_duration = time.monotonic() - started
     record.context = {"backend": backend_id, "ort_version": context.versions["onnxruntime"],

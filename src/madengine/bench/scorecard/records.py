@@ -1,14 +1,15 @@
 """A scorecard cell as one perf.csv row: the cell name (backend, and precision when not f32) in the
 result identity, the precision the runtime reports in ``training_precision`` (perf.csv's one
-precision column), the check's verdict, where it ran (CPU model and flags, runtime versions) and the
-harness's statistics as extra columns (:data:`SCORECARD_COLUMNS`, in that order)."""
+precision column) and the versions that computed it in ``framework_versions``, the check's verdict,
+the CPU model and flags, and the harness's statistics as extra columns (:data:`SCORECARD_COLUMNS`,
+in that order)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from madengine.bench.backends import split_cell
-from madengine.bench.columns import environment_columns, latency_columns, set_column, significant
+from madengine.bench.columns import environment_columns, latency_columns, set_column, set_reported, significant
 from madengine.bench.harness.engine import metric_value
 from madengine.bench.harness.inputs import shapes_text
 from madengine.results import PerfRecord
@@ -28,7 +29,7 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
 
     vendor = get_backend(split_cell(cell.backend)[0]).device_vendor
     record = PerfRecord(
-        model=card.entry.name, status=RECORD_STATUS[cell.status], training_precision=cell.precision,
+        model=card.entry.name, status=RECORD_STATUS[cell.status],
         reason="" if cell.status == PASS else f"{cell.status}: {cell.reason}",
         n_gpus="0" if vendor == "CPU" else "1", args=_args_text(card, cell, request), tags=card.entry.set,
         machine_name=machine_name(), gpu_architecture=gpu_architecture(vendor),
@@ -43,6 +44,7 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
         value, record.metric = metric_value(stats, request.metric)
         record.performance = significant(value)
     set_column(record, "backend", cell.backend)
+    set_reported(record, cell.precision, _environment(cell))
     record.extra.update(_columns(card, cell, request))
     return record
 
@@ -50,10 +52,10 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
 def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> dict[str, Any]:
     answer, check = cell.answer, cell.check
     tolerance = cell.tolerance or card.tolerance
-    where = environment_columns(answer["environment"] if "environment" in answer else _host_environment(cell.backend))
+    where = environment_columns(_environment(cell))
     columns: dict[str, Any] = {
-        "backend_version": answer.get("version", ""), "runtime_versions": where["runtime_versions"],
-        "scorecard_status": cell.status, "reference_backend": card.reference,
+        "backend_version": answer.get("version", ""), "scorecard_status": cell.status,
+        "reference_backend": card.reference,
         "latency_ratio": significant(cell.ratio) if cell.ratio else "",
         "check_output": check.output if check else "",
         "max_abs_error": significant(check.max_abs_error) if check and check.to_json()["max_abs_error"] is not None
@@ -73,12 +75,15 @@ def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> di
     return columns
 
 
-def _host_environment(name: str) -> dict[str, Any]:
-    """Where a cell that never reached a backend would have run (this host, this process)."""
+def _environment(cell: "Cell") -> dict[str, Any]:
+    """Where the cell ran (its answer says; empty when its container never answered), or, for a cell
+    that never reached a backend, where it would have run (this host, this process)."""
     from madengine.bench.backends import get_backend
     from madengine.bench.backends.cell import environment
 
-    return environment(get_backend(split_cell(name)[0]))
+    if "environment" in cell.answer:
+        return cell.answer["environment"]
+    return environment(get_backend(split_cell(cell.backend)[0]))
 
 
 def _args_text(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> str:

@@ -59,7 +59,7 @@ BASELINE = "onnxruntime-cpu-opt-disabled"
 
 #: extra perf.csv columns of a scorecard row, in this order
 SCORECARD_COLUMNS = (
-    "backend", "backend_version", "runtime_versions", "scorecard_status", "reference_backend", "latency_ratio",
+    "backend", "backend_version", "scorecard_status", "reference_backend", "latency_ratio",
     "check_output", "max_abs_error", "max_rel_error", "atol", "rtol", "operator", "model_sha256", "cpu_model",
     "cpu_flags", "threads",
     "batch_size", "input_shapes", "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv",
