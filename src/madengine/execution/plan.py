@@ -16,7 +16,7 @@ from typing import Mapping
 from madengine.catalog.schema import Model
 from madengine.context.context import Context
 from madengine.core.errors import ExecutionError, LaunchError
-from madengine.core.spec import Step
+from madengine.core.spec import CONTAINER_WORKSPACE, Step
 from madengine.launch import DEFAULT_PORT, DistributedSpec, NodeLaunch, NodePlacement, node_launch
 from madengine.launch.ports import check_port_free, free_port
 from madengine.launch.spec import check_block, merge_blocks, spec_from_block
@@ -140,10 +140,17 @@ def check_distributed(models: list[Model], context: Context, environ: Mapping[st
             raise LaunchError(f"nproc_per_node {spec.nproc_per_node} is more than the {len(visible)} visible GPU(s)",
                               path=model.source, field=f"model '{model.name}': distributed.nproc_per_node",
                               hint=f"set it to {len(visible)} or fewer (or change docker_gpus)")
-        if spec.multi_node and job_node(environ, spec) is None:
+        node = job_node(environ, spec) if spec.multi_node else NodePlacement()
+        if node is None:
             raise LaunchError(f"nnodes {spec.nnodes} needs a multi-node executor; this one runs one node",
                               path=model.source, field=f"model '{model.name}': distributed.nnodes",
                               hint="use --executor slurm, or set nnodes to 1")
+        try:  # the placement's own checks (parallel sizes, node list), as this node will run it
+            node_launch(spec, dataclasses.replace(node, devices=tuple(visible[:spec.nproc_per_node or len(visible)]),
+                                                  workspace=CONTAINER_WORKSPACE))
+        except LaunchError as exc:
+            raise LaunchError(exc.message, path=model.source, field=f"model '{model.name}': {exc.field}",
+                              hint=exc.hint) from None
 
 
 def check_ports(models: list[Model], context: Context, executor: str, environ: Mapping[str, str]) -> None:
