@@ -4,6 +4,6 @@
 # image installs (containers cannot download).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[all]'
+bash scripts/install.sh all
 bash scripts/docker-up.sh
 bash scripts/pyt-wheels.sh
