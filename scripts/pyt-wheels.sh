@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wheels of the pyt_* models' image. Containers cannot download, so every package of
-# wheels/pyt/requirements.txt (pinned) is fetched here, for the base image's Python (CPython 3.11,
+# wheels/pyt/requirements.txt (pinned with hashes, made by scripts/lock.sh) is fetched here, for the base image's Python (CPython 3.11,
 # manylinux, this machine's architecture), into wheels/pyt/: the build context of docker/pyt.Dockerfile,
 # which installs them with `pip install --no-index`. The wheels are not committed (.gitignore).
 #
@@ -30,7 +30,7 @@ for minor in $(seq 17 36); do platforms+=(--platform "manylinux_2_${minor}_$arch
 scratch=$(mktemp -d wheels/.download.XXXXXX)
 trap 'rm -rf "$scratch"' EXIT
 echo "pyt-wheels: fetching the wheels of $lock (torch alone is about 190 MB)" >&2
-if ! python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+if ! python3 -m pip download -q --disable-pip-version-check --require-hashes --no-deps --only-binary=:all: \
     --python-version 3.11 --implementation cp --abi cp311 "${platforms[@]}" -r "$lock" -d "$scratch"; then
   echo "pyt-wheels: pip download failed; torch==2.13.0+cpu comes from pip's find-links (the CPU build," \
        "e.g. /opt/wheels; PyPI has only the CUDA build)" >&2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import re
 import subprocess
 from pathlib import Path
 
@@ -30,6 +31,19 @@ def _figure(row: dict) -> float:
 def _by_model(perf: Path) -> dict[str, dict]:
     rows = read_rows(perf)
     return {row["model"]: row for row in rows}
+
+
+def _pins(lock: Path) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$", lock.read_text(), re.MULTILINE))
+
+
+def test_the_image_lock_is_hashed_and_agrees_with_madengines_lock():
+    """The image runs the torch and transformers the host's lock names (scripts/lock.sh makes both)."""
+    lock = REPO / "wheels" / "pyt" / "requirements.txt"
+    image, host = _pins(lock), _pins(REPO / "requirements" / "py311-linux-x86_64.txt")
+    assert image["torch"] == "2.13.0+cpu" and "transformers" in image and "pip" in image
+    assert {name: version for name, version in image.items() if host.get(name, version) != version} == {}
+    assert lock.read_text().count("--hash=sha256:") >= len(image)
 
 
 @pytest.fixture(scope="module")
