@@ -72,10 +72,19 @@ class CliResult:
         return f"CliResult(code={self.code}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-4000:]!r})"
 
 
-def run_cli(*argv: str, environ: dict | None = None) -> CliResult:
-    """Run ``madengine`` in-process with captured streams."""
+def quiet_host() -> float:
+    """The load reader of in-process runs: a quiet host (no runnable task but madengine's). A row's
+    load columns and its busy-host note follow the machine the suite runs on (CI's own load, other
+    jobs), so a test's verdict would too; the tests of that note inject the load they mean (or the
+    real reader, ``madengine.core.host.runnable_per_cpu``)."""
+    return 0.0
+
+
+def run_cli(*argv: str, environ: dict | None = None, load=quiet_host) -> CliResult:
+    """Run ``madengine`` in-process with captured streams, on a quiet host unless ``load`` says
+    otherwise (:func:`quiet_host`)."""
     out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, environ={**os.environ, **(environ or {})})
+    env = Environment(stdout=out, stderr=err, environ={**os.environ, **(environ or {})}, load=load)
     code = main(list(argv), env)
     return CliResult(code, out.getvalue(), err.getvalue())
 
