@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,12 @@ start = time.time()
 cpus = sorted(os.sched_getaffinity(0))
 for i in range(50):
     print(f"tick {name} {i} " + "x" * 200, flush=True)
+barrier, together = os.environ.get("PAR_BARRIER"), int(os.environ.get("PAR_TOGETHER", "0"))
+if barrier:  # wait (a minute at most) until `together` models have started: then their windows overlap
+    open(os.path.join(barrier, name), "w").close()
+    waited = time.monotonic() + 60
+    while len(os.listdir(barrier)) < together and time.monotonic() < waited:
+        time.sleep(0.05)
 time.sleep(seconds)
 end = time.time()
 gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -61,6 +68,19 @@ def par_repo(tmp_path, monkeypatch):
         monkeypatch.delenv("MODEL_DIR", raising=False)
         return repo
     return make
+
+
+def _together(tmp_path: Path, models: int, container: bool = False) -> list[str]:
+    """A context making the first ``models`` models that run at once wait for each other before
+    their timed sleep, so that "they ran at the same time" holds however slowly a loaded machine
+    starts them (a model run alone waits a minute and the test fails, as it should)."""
+    barrier = tmp_path / f"barrier-{uuid.uuid4().hex[:8]}"
+    barrier.mkdir(mode=0o777)
+    inside = "/barrier" if container else str(barrier)
+    context = {"docker_env_vars": {"PAR_BARRIER": inside, "PAR_TOGETHER": str(models)}}
+    if container:
+        context["docker_mounts"] = {inside: str(barrier)}
+    return ["--additional-context", json.dumps(context)]
 
 
 def _results(path: Path) -> set[tuple[str, str, str, str, str]]:
@@ -99,22 +119,33 @@ def test_parallel_results_equal_sequential_ones(par_repo, cli):
     assert all(re.fullmatch(r"\[(par_\w+)\] tick \1 \d+ x{200}", line) for line in ticks)
 
 
-def test_cpu_models_run_at_once_on_disjoint_cpus(par_repo, cli):
-    repo = par_repo(_models(3, 1.0))
-    result = cli("run", "--tags", "par", "--executor", "local", "--parallel", "2", "--no-html")
+def _share(workers: int) -> int:
+    """The CPUs each of ``workers`` models gets: an equal share of those this process may use."""
+    return max(1, len(os.sched_getaffinity(0)) // workers)
+
+
+def test_cpu_models_run_at_once_on_disjoint_cpus(par_repo, cli, tmp_path):
+    repo = par_repo(_models(3, 0.5))
+    one_cpu = len(os.sched_getaffinity(0)) < 2  # one CPU cannot be split: the models wait for it in turn
+    together = [] if one_cpu else _together(tmp_path, 2)
+    result = cli("run", "--tags", "par", "--executor", "local", "--parallel", "2", "--no-html", *together)
     assert result.code == 1, result
     windows = _windows(repo)
     assert len(windows) == 4
     pairs = _overlapping(windows)
-    assert pairs, "no two models ran at the same time"
+    if one_cpu:
+        assert not pairs, ("models shared the one CPU", windows)
+    else:
+        assert pairs, "no two models ran at the same time"
     for a, b in pairs:
         assert not set(windows[a]["cpus"].split(",")) & set(windows[b]["cpus"].split(",")), (a, b, windows)
-    assert all(len(w["cpus"].split(",")) == 1 for w in windows.values())  # 2 CPUs // 2 models
+    assert all(len(w["cpus"].split(",")) == _share(2) for w in windows.values()), windows
 
 
-def test_gpu_models_get_disjoint_gpu_sets(par_repo, cli):
-    repo = par_repo(_models(3, 1.0, n_gpus="2"))
-    context = json.dumps({"gpu_vendor": "NVIDIA", "system_ngpus": 4, "gpu_architecture": "sm_90"})
+def test_gpu_models_get_disjoint_gpu_sets(par_repo, cli, tmp_path):
+    repo = par_repo(_models(3, 0.5, n_gpus="2"))
+    context = json.loads(_together(tmp_path, 2)[1])
+    context = json.dumps({"gpu_vendor": "NVIDIA", "system_ngpus": 4, "gpu_architecture": "sm_90", **context})
     result = cli("run", "--tags", "par", "--executor", "local", "--parallel", "4", "-c", context, "--no-html")
     assert result.code == 1, result
     windows = _windows(repo)
@@ -127,15 +158,20 @@ def test_gpu_models_get_disjoint_gpu_sets(par_repo, cli):
 
 
 @pytest.mark.docker
-def test_containers_get_disjoint_cpusets(par_repo, cli, docker_client, docker_cleanup):
+def test_containers_get_disjoint_cpusets(par_repo, cli, docker_client, docker_cleanup, tmp_path):
     docker_cleanup.append("ci-par_")
-    repo = par_repo(_models(2, 1.5)[:2])
-    result = cli("run", "--tags", "par", "--executor", "docker", "--parallel", "2", "--no-html")
+    repo = par_repo(_models(2, 0.5)[:2])
+    one_cpu = len(os.sched_getaffinity(0)) < 2  # one CPU: the second container waits for it
+    together = [] if one_cpu else _together(tmp_path, 2, container=True)
+    result = cli("run", "--tags", "par", "--executor", "docker", "--parallel", "2", "--no-html", *together)
     assert result.code == 0, result
     windows = _windows(repo)
-    assert len(windows) == 2 and _overlapping(windows), windows
-    cpus = [w["cpus"] for w in windows.values()]
-    assert all(len(c.split(",")) == 1 for c in cpus) and cpus[0] != cpus[1], windows
+    cpus = [set(w["cpus"].split(",")) for w in windows.values()]
+    assert len(windows) == 2 and all(len(c) == _share(2) for c in cpus), windows
+    if one_cpu:
+        assert not _overlapping(windows), windows
+    else:
+        assert _overlapping(windows) and not cpus[0] & cpus[1], windows
 
 
 def test_ctrl_c_ends_every_running_model_and_records_it(par_repo):
@@ -143,16 +179,17 @@ def test_ctrl_c_ends_every_running_model_and_records_it(par_repo):
     proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "par", "--executor", "local",
                              "--parallel", "2", "--no-html"], cwd=repo, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while len(list(repo.glob("madengine_runs/*/*/run.log"))) < 2 and time.monotonic() < deadline:
+    running = 2 if len(os.sched_getaffinity(0)) >= 2 else 1  # one CPU: one model at a time
+    deadline = time.monotonic() + 120
+    while len(list(repo.glob("madengine_runs/*/*/run.log"))) < running and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=30)
+    _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr
     rows = read_rows(repo / "perf.csv")
     assert len(rows) == 4 and all(r["status"] == "FAILURE" and "interrupted" in r["reason"] for r in rows), rows
-    assert sum(r["reason"] == "not run: interrupted" for r in rows) == 2, rows  # the two never started
+    assert sum(r["reason"] == "not run: interrupted" for r in rows) == 4 - running, rows  # those never started
     assert not _processes_under(repo)  # the models' processes were ended, not orphaned
 
 
