@@ -314,7 +314,9 @@ def test_refused_submission_is_a_failure_never_a_success(slurm_repo, cli):
 
 
 def test_job_slurm_can_never_start_is_cancelled_not_awaited(slurm_repo, slurm_cluster, cli):
-    result = cli("run", "--tags", "sl_pass", "--executor", "slurm", "--slurm-args=--cpus-per-task=64", "-c", CONTEXT)
+    too_many = slurm_cluster.cpus + 1  # the nodes declare this machine's CPUs, however many it has
+    result = cli("run", "--tags", "sl_pass", "--executor", "slurm", f"--slurm-args=--cpus-per-task={too_many}",
+                 "-c", CONTEXT)
     assert result.code == 1, result
     row = read_rows(slurm_repo / "perf.csv")[0]
     assert row["status"] == "FAILURE" and "never started" in row["reason"] and "PartitionConfig" in row["reason"]
