@@ -135,7 +135,7 @@ def test_local_failing_pre_script_fails_the_row_and_stops_started_samplers(model
     assert row["reason"] == "pre-script tooltest_failpre: fail.sh failed with exit code 5"
     log = artifacts(row)["run.log"].read_text()
     assert "gpu_profiler_start: sampling GPU power" in log and "=== madengine step: model" not in log
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # stopped at once; a loaded machine may take a moment to reap it
     while sampler_processes(str(model_repo)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sampler_processes(str(model_repo)) == []
