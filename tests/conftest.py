@@ -124,7 +124,7 @@ def docker_engine_available() -> bool:
     try:
         import docker
 
-        docker.from_env(timeout=5).ping()
+        docker.from_env(timeout=30).ping()  # a busy engine answers late; a stopped one at once
         return True
     except Exception:
         return False

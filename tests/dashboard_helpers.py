@@ -77,7 +77,7 @@ class LiveServer:
         self.server = uvicorn.Server(uvicorn_config(create_app(config)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("the dashboard did not start")

@@ -125,7 +125,7 @@ class OtlpReceiver:
         self.server.shutdown()
         self.server.server_close()
 
-    def wait_for(self, count: int, timeout: float = 10.0) -> list[ReceivedSpan]:
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[ReceivedSpan]:
         """The spans received once there are at least ``count`` (exports from a child process arrive late)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

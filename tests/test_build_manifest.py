@@ -191,7 +191,7 @@ auth:
 """)
     with open(root / "registry.log", "ab") as log:
         proc = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while True:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)

@@ -91,7 +91,7 @@ def test_series_one_point_per_run_and_the_changes_report_regressions_finds(live,
     assert [p["run_id"] for p in window["points"]] == [run_id(3), run_id(4), run_id(5)]
     assert window["changes"][0]["in_view"] is False
     # the background pass finds the same change for the overview and /api/changes
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not (changes := live.json("/api/changes"))["complete"]:
         assert time.monotonic() < deadline
         time.sleep(0.2)

@@ -112,14 +112,14 @@ PartitionName=slow Nodes={self.names[-1]} MaxTime=INFINITE State=UP
         self._spawn(["slurmctld", "-D", "-i", "-f", str(self.conf)], "slurmctld.out")
         for name in self.names:
             self._spawn(["slurmd", "-D", "-N", name, "-f", str(self.conf)], f"slurmd-{name}.out")
-        self._wait(self._idle, "idle Slurm nodes", timeout=45)
+        self._wait(self._idle, "idle Slurm nodes", timeout=120)
 
     def _idle(self) -> bool:
         result = self.run("sinfo", "-h", "-N", "-o", "%N %T")
         states = dict(line.split() for line in result.stdout.splitlines() if len(line.split()) == 2)
         return all(states.get(name) == "idle" for name in self.names)
 
-    def _wait(self, ready, what: str, timeout: float = 20) -> None:
+    def _wait(self, ready, what: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if any(p.poll() is not None for p in self.procs):
@@ -334,7 +334,7 @@ def test_task_over_its_time_limit_is_a_timeout_row(timeout_job, cli, monkeypatch
     assert row["reason"].startswith("timeout: the Slurm time limit (00:01:00) was reached"), row["reason"]
 
 
-def _wait_for(condition, timeout: float = 30) -> None:
+def _wait_for(condition, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
