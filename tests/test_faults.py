@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BASE_IMAGE, require_service, run_process
+from conftest import BASE_IMAGE, require_service, run_process, terminal_signals
 from socket_proxy import SocketProxy
 from madengine.results import read_rows
 
@@ -55,9 +55,10 @@ def rows(repo: Path, name: str = "perf.csv") -> dict[str, dict[str, str]]:
 class Run:
     """``madengine run`` as a real process whose stderr is read as it comes."""
 
-    def __init__(self, repo: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(self, repo: Path, *args: str, env: dict | None = None, preexec=None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--live-output", *args], cwd=repo,
-                                     stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                                     stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+                                     preexec_fn=preexec or terminal_signals)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
         self.reader.start()
@@ -122,6 +123,23 @@ def test_ci_cancel_signals_end_the_run_like_ctrl_c(tmp_path, executor, signum, c
     assert not list((repo / "madengine_runs" / run.run_id).glob("*/work"))
     if client is not None:
         assert not containers_of(client, run.run_id)
+
+
+def _nohup() -> None:
+    terminal_signals()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does before it starts the command
+
+
+def test_a_run_started_with_nohup_survives_the_hangup(tmp_path):
+    """``nohup madengine run ...``: the user asked for the run to outlive the terminal; SIGHUP,
+    ignored when madengine started, stays ignored (SIGTERM still stops the run)."""
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_nap", "scripts": "scripts/nap.sh"}],
+                     {"nap.sh": "echo started; sleep 2; echo 'performance: 2 x'\n"})
+    run = Run(repo, "--tags", "faults", "--executor", "local", "--no-html", preexec=_nohup)
+    run.wait_for("] started")
+    run.proc.send_signal(signal.SIGHUP)
+    assert run.finish() == 0, "".join(run.lines)
+    assert rows(repo)["fault_nap"]["status"] == "SUCCESS"
 
 
 # -- the Docker engine goes away ------------------------------------------------------------------

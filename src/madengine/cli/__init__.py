@@ -48,7 +48,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 def signals_interrupt() -> Iterator[None]:
     """While a command runs, SIGTERM and SIGHUP stop it as Ctrl-C does (rows recorded, containers
     and processes ended, perf.html written, exit 128 + N). A second signal during that clean-up
-    is ignored; the previous handlers come back afterwards."""
+    is ignored; the previous handlers come back afterwards. A signal the command was started
+    ignoring stays ignored: ``nohup madengine run ...`` survives the terminal's hangup (as Python
+    leaves an ignored SIGINT ignored)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -58,7 +60,8 @@ def signals_interrupt() -> Iterator[None]:
             signal.signal(number, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS
+                if signal.getsignal(number) is not signal.SIG_IGN}
     try:
         yield
     finally:
