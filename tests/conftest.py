@@ -89,6 +89,16 @@ def run_cli(*argv: str, environ: dict | None = None, load=quiet_host) -> CliResu
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
+def terminal_signals() -> None:
+    """A ``preexec_fn``: SIGINT, SIGTERM and SIGHUP at their defaults in the child, as a shell in a
+    terminal starts a command. A suite started in the background (``cmd &`` in a script, ``nohup``)
+    passes them on ignored, and madengine keeps an ignored signal ignored."""
+    import signal
+
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def run_process(*argv: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600,
                 input: str | None = None) -> subprocess.CompletedProcess:
     """Run ``madengine`` as a real process (exit codes, signals, stdout/stderr separation)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import terminal_signals
 from madengine.results import read_rows
 
 WORK = r'''
@@ -178,7 +179,7 @@ def test_ctrl_c_ends_every_running_model_and_records_it(par_repo):
     repo = par_repo(_models(3, 60))
     proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "par", "--executor", "local",
                              "--parallel", "2", "--no-html"], cwd=repo, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=terminal_signals)
     running = 2 if len(os.sched_getaffinity(0)) >= 2 else 1  # one CPU: one model at a time
     deadline = time.monotonic() + 120
     while len(list(repo.glob("madengine_runs/*/*/run.log"))) < running and time.monotonic() < deadline:

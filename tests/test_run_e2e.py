@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BASE_IMAGE, run_process
+from conftest import BASE_IMAGE, run_process, terminal_signals
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -259,7 +259,8 @@ def test_ctrl_c_records_failure_keeps_rows_and_leaves_no_container(model_repo, m
         request.getfixturevalue("docker_client")
         request.getfixturevalue("docker_cleanup").extend(IMAGE_PREFIXES)
     proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "dummy", "dummy_sleep",
-                             "--timeout", "0", "--executor", mode], cwd=model_repo, stderr=subprocess.PIPE, text=True)
+                             "--timeout", "0", "--executor", mode], cwd=model_repo, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=terminal_signals)
     seen = []
 
     def watch():
