@@ -11,8 +11,9 @@ dashboard, ``madengine report serve``, reads them):
 
 They hold derived data only and are always made from the rows, never the other way round:
 
-* every insert (:meth:`SqlStore.insert`: ``database update-table`` and ``run --db-url``) recomputes
-  the entries of the identities and runs it touched, in the same transaction;
+* every import (``database update-table`` and ``run --db-url``, through
+  :mod:`madengine.database.importer`) adds its rows to the entries they belong to (:func:`absorb`:
+  one GROUP BY over the new rows only), in the same transaction;
 * ``create_table`` builds them from the rows when they are missing (a table of an earlier release is
   migrated in place) or when they no longer count every row (an earlier release wrote rows since).
 
@@ -130,6 +131,48 @@ def refresh(store: "SqlStore", identity_keys: Iterable[str], run_ids: Iterable[s
             run_rows.append(_run_entry(run_id, aggregates))
     _replace(store, ids_table, IDS_COLUMNS, identity_rows)
     _replace(store, runs_table, RUNS_COLUMNS, run_rows)
+
+
+def _stored_by(store: "SqlStore", name: str, columns: Sequence[str], key: str,
+               values: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    q = store.dialect.q
+    found = {}
+    for start in range(0, len(values), 500):
+        chunk = list(values[start:start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        for row in store._execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {q(name)} WHERE {q(key)} IN ({marks})",
+                                  chunk).fetchall():
+            found[str(row[0])] = row
+    return found
+
+
+def absorb(store: "SqlStore", mark: int) -> None:
+    """Add the rows after ``mark`` (one import's, written while it was the table's only writer) to
+    the entries of their identities and runs: one GROUP BY over those rows. A run that had rows
+    before is recomputed from all of its rows (its distinct models cannot be added up)."""
+    tables = names(store.table)
+    if tables is None:
+        return
+    ids_table, runs_table = tables
+    new_ids = store._execute(f"SELECT {IDENTITY_COLUMN}, {_IDENTITY_AGGREGATES} FROM {{t}} WHERE id > ? AND "
+                             f"{IDENTITY_COLUMN} IS NOT NULL GROUP BY {IDENTITY_COLUMN}", (*STATUSES, mark)).fetchall()
+    stored = _stored_by(store, ids_table, IDS_COLUMNS, "identity_hash", [text_hash(_text(r[0])) for r in new_ids])
+    entries = []
+    for key, first, latest, rows, success, failure, skipped in new_ids:
+        old = stored.get(text_hash(_text(key)))
+        if old is not None:
+            before = dict(zip(IDS_COLUMNS, old))
+            first = before["first_id"]
+            rows, success, failure, skipped = (_number(a) + _number(before[c]) for a, c in
+                                               zip((rows, success, failure, skipped), COUNTS))
+        entries.append(_identity_entry(_text(key), (first, latest, rows, success, failure, skipped)))
+    _replace(store, ids_table, IDS_COLUMNS, entries)
+    new_runs = store._execute(f"SELECT run_id, {_RUN_AGGREGATES} FROM {{t}} WHERE id > ? AND run_id IS NOT NULL "
+                              "AND run_id <> '' GROUP BY run_id", (*STATUSES, mark)).fetchall()
+    known = _stored_by(store, runs_table, RUNS_COLUMNS, "run_hash", [text_hash(_text(r[0])) for r in new_runs])
+    _replace(store, runs_table, RUNS_COLUMNS, [_run_entry(_text(r[0]), r[1:]) for r in new_runs
+                                               if text_hash(_text(r[0])) not in known])
+    refresh(store, (), [_text(r[0]) for r in new_runs if text_hash(_text(r[0])) in known])
 
 
 def computed_identities(store: "SqlStore") -> list[tuple[Any, ...]]:
