@@ -350,3 +350,90 @@ def test_filters_examples():
                 {"model": "a\nb"}):
         with pytest.raises(InputError):
             parse(bad)
+
+
+# --- alerts and triage -----------------------------------------------------------------------------
+
+def _gpt2_alert(serving, headers=None) -> dict:
+    alerts = serving.json("/api/alerts", headers)["items"]
+    assert [(a["model"], a["kind"], a["state"]) for a in alerts] == [("gpt2", "regression", "untriaged")]
+    return alerts[0]
+
+
+def test_alerts_are_set_with_the_token_only(results_url, tmp_path):
+    config = ServerConfig(url=parse_url(results_url), runs_dir=tmp_path, port=0)
+    reading = LiveServer(config)
+    try:
+        alert = _gpt2_alert(reading)
+        status, _, body = reading.post(f"/api/alerts/{alert['alert_id']}", b'{"state": "invalid", "by": "x"}')
+        assert status == 403 and "reads only" in json.loads(body)["error"]
+    finally:
+        reading.stop()
+    token = "triage-T0ken"
+    serving = LiveServer(ServerConfig(url=parse_url(results_url), runs_dir=tmp_path, port=0, token=token))
+    bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        path = f"/api/alerts/{alert['alert_id']}"
+        assert serving.post(path, b'{"state": "invalid", "by": "x"}')[0] == 401
+        cases = [(b'{"state": "bogus", "by": "x"}', 400, "state: unknown state"),
+                 (b'{"state": "invalid"}', 400, "by: say who decides"),
+                 (b'{"state": "invalid", "by": "x", "links": ["ftp://x"]}', 400, "link: not a commit hash"),
+                 (b'[1]', 400, "expected a JSON object"), (b'{not json', 400, "not valid JSON")]
+        for body, status, fragment in cases:
+            got = serving.post(path, body, bearer)
+            assert got[0] == status and fragment in json.loads(got[2])["error"], (body, got)
+        assert serving.post("/api/alerts/00000000", b'{"state": "fixed", "by": "x"}', bearer)[0] == 404
+        assert serving.post(path, b"x" * 20_000, bearer)[0] == 400  # a triage is a few lines
+        foreign = {**bearer, "Origin": "http://evil.example"}
+        assert serving.post(path, b'{"state": "invalid", "by": "x"}', foreign)[0] == 403
+        before = serving.json("/api/version", bearer)
+        status, _, body = serving.post(path, json.dumps({"state": "invalid", "note": "noise", "by": "carol",
+                                                         "links": ["https://example.com/i/7"]}).encode(), bearer)
+        assert status == 200 and json.loads(body)["state"] == "invalid", body
+        deadline = time.monotonic() + 5  # open pages learn it from the events stream (its version has the triage)
+        while serving.json("/api/version", bearer)["triage"] <= before["triage"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        stored = serving.json("/api/alerts?state=invalid", bearer)["items"][0]
+        assert (stored["note"], stored["updated_by"], stored["links"]) == ("noise", "carol", ["https://example.com/i/7"])
+        overview = serving.json("/api/overview", bearer)
+        assert overview["triage"]["total"] == 0
+        assert overview["precision"]["overall"] == {"alerts": 1, "triaged": 1, "invalid": 1, "untriaged": 0,
+                                                    "precision": 0.0, "invalid_share": 1.0}
+        # a page's form: urlencoded, with the session cookie, back to the page it came from
+        _, headers, _ = serving.get(f"/?token={token}")
+        cookie = headers["set-cookie"].split(";")[0]
+        form = urllib.parse.urlencode({"state": "acknowledged", "note": "", "link": "", "by": "dan",
+                                       "back": "/?model=gpt"}).encode()
+        status, headers, _ = serving.post(f"/alerts/{alert['alert_id']}", form, {
+            "Cookie": cookie, "Origin": "null", "Content-Type": "application/x-www-form-urlencoded"})
+        assert status == 303 and headers["location"] == f"/?model=gpt#alert-{alert['alert_id']}"
+        form = urllib.parse.urlencode({"state": "fixed", "by": "dan", "back": "https://evil.example/"}).encode()
+        status, headers, _ = serving.post(f"/alerts/{alert['alert_id']}", form, {"Cookie": cookie})
+        assert status == 303 and headers["location"] == f"/changes#alert-{alert['alert_id']}"  # only its own pages
+    finally:
+        serving.stop()
+    log = subprocess.run([sys.executable, "-m", "madengine", "report", "alerts", "show", alert["alert_id"], "--db-url",
+                          results_url, "--json"], capture_output=True, text=True, env={**os.environ,
+                                                                                      "PYTHONPATH": str(REPO / "src")})
+    assert [e["state"] for e in json.loads(log.stdout)["log"]] == ["invalid", "acknowledged", "fixed"], log.stderr
+
+
+def test_the_overview_sorts_and_groups_failures(live, results_url, tmp_path):
+    by_performance = live.json("/api/overview?sort=performance&order=desc")["results"]["items"]
+    figures = [float(i["latest"]["performance"]) for i in by_performance if i["latest"]["performance"]]
+    assert figures == sorted(figures, reverse=True) and len(figures) == 3
+    assert [i["model"] for i in live.json("/api/overview?sort=result")["results"]["items"]][0] == XSS
+    assert live.get("/api/overview?sort=nonsense")[0] == 400
+    overview = live.json("/api/overview")
+    assert [i["model"] for i in overview["broken"]["items"]] == ["resnet"]  # never passed: not a new failure
+    assert overview["new_failures"] == [] and overview["flaky"]["total"] == 0
+    # bert fails in the next run: failing now, passing before, never before: a new failure
+    update_table(append_records(tmp_path / "next.csv", [PerfRecord(
+        model="bert", status="FAILURE", reason="segfault", run_id="run13", started_at="2026-02-13T10:00:00Z",
+        metric="samples_per_second",
+        gpu_architecture="gfx942", gpu_vendor="AMD", executor="docker", n_gpus="1", tag_configs="bs=64")]), results_url)
+    overview = live.json("/api/overview")
+    assert [(i["model"], i["profile"]["kind"], i["profile"]["streak"]) for i in overview["new_failures"]] == \
+        [("bert", "new", 1)]
+    assert "segfault" in live.get("/")[2].decode()
