@@ -437,3 +437,28 @@ def test_the_overview_sorts_and_groups_failures(live, results_url, tmp_path):
     assert [(i["model"], i["profile"]["kind"], i["profile"]["streak"]) for i in overview["new_failures"]] == \
         [("bert", "new", 1)]
     assert "segfault" in live.get("/")[2].decode()
+
+
+def test_serve_imports_perf_csv_files_first(tmp_path):
+    """--perf-csv: update-table's streamed import, then the dashboard over the result; bad input first."""
+    db = tmp_path / "served.db"
+    write_history(tmp_path / "perf.csv", runs=10)
+    process = _serve_process("--db-url", f"sqlite:///{db}", "--port", "0", "--perf-csv", str(tmp_path / "perf.csv"))
+    try:
+        imported = process.stderr.readline()
+        started = process.stderr.readline()
+        assert "perf.csv: 40 row(s), 40 imported, 0 already stored, 1 new alert(s)" in imported, imported
+        port = int(started.split("127.0.0.1:")[1].split("/")[0])
+        import urllib.request
+
+        overview = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=10).read())
+        assert overview["totals"]["rows"] == 40 and overview["triage"]["total"] == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 143
+        process.stderr.close()
+    (tmp_path / "bad.csv").write_text("model,performance\n,1\n")
+    bad = run_process("report", "serve", "--db-url", f"sqlite:///{tmp_path / 'other.db'}", "--perf-csv",
+                      str(tmp_path / "bad.csv"), timeout=60)
+    assert bad.returncode == 2 and "bad.csv: line 2: empty 'model' cell" in bad.stderr, bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and not (tmp_path / "other.db").exists()
