@@ -352,7 +352,7 @@ def test_the_latest_run_is_judged_alone_and_with_the_two_before_it():
     stepped = flat + [v * 1.05 for v in (100.0, 100.0, 100.0)]
     verdict = history.judge_latest(stepped, [], lower_is_better=True)
     assert verdict.verdict == "slower" and verdict.method == "prediction interval: latest 3 runs vs 50 runs"
-    assert verdict.false_alarm_rate == history.ALPHA
+    assert verdict.false_alarm_rate == history.LATEST_ALPHA
     # a change point among the latest three: the second test compares them with the segment before it
     assert history.judge_latest(stepped, [50], lower_is_better=True).verdict == "slower"
 

@@ -63,6 +63,20 @@ class SeriesState:
     baseline: list[float] = dataclasses.field(default_factory=list)
     statuses: str = ""
     verdict: dict[str, Any] | None = None
+    _positions: dict[str, int] | None = dataclasses.field(default=None, repr=False, compare=False)
+    _values: list[float] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def values(self) -> list[float]:
+        """The tail's point values, made once."""
+        if self._values is None:
+            self._values = [p.value for p in self.tail]
+        return self._values
+
+    def position(self, run: str) -> int | None:
+        """Where run ``run`` is in the tail (None: not among its runs); the index is made once."""
+        if self._positions is None:
+            self._positions = {p.run: k for k, p in enumerate(self.tail)}
+        return self._positions.get(run)
 
     def to_record(self) -> dict[str, Any]:
         return {"n_points": self.n_points, "n_rows": self.n_rows, "covered": self.covered, "timed": self.timed,
@@ -272,13 +286,13 @@ def reference_values(state: SeriesState, run: str) -> list[float] | None:
     change point at or before it, the latest ``MAX_HISTORY``): what a single new figure is judged
     against (:func:`madengine.stats.history.judge`). None when ``run`` is not among the tail's runs."""
     offset = state.n_points - len(state.tail)
-    k = next((k for k, p in enumerate(state.tail) if p.run == run), None)
+    k = state.position(run)
     if k is None:
         return None
     j = offset + k
     found = bisect.bisect_right(state.changes, j)
     start = state.changes[found - 1] if found else 0
-    return [p.value for p in state.tail[max(start, j + 1 - MAX_HISTORY, offset) - offset:k + 1]]
+    return state.values()[max(start, j + 1 - MAX_HISTORY, offset) - offset:k + 1]
 
 
 class RunningBaselines:

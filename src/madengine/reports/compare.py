@@ -33,6 +33,7 @@ from madengine.core.errors import InputError, ServiceError
 from madengine.reports.metrics import lower_is_better
 from madengine.reports.table import bulk, load_table
 from madengine.results.columns import Status
+from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.results.samples import SAMPLES_FILE, read_samples_file, row_samples
 from madengine.stats import history as historylib
@@ -147,6 +148,7 @@ def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[R
     """SUCCESS rows with figures, grouped by identity; a malformed ``perf_samples`` is an
     :class:`InputError` naming ``source`` and the row."""
     groups: dict[ResultIdentity, Side] = {}
+    identities: dict[tuple[Any, ...], ResultIdentity] = {}  # a run of thousands of rows: each identity made once
     for number, row in enumerate(rows, start=1):
         if (row.get("status") or "").strip().upper() != Status.SUCCESS:
             continue
@@ -157,7 +159,11 @@ def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[R
                              hint="perf_samples must be a JSON list of numbers, or empty") from None
         if not values:
             continue
-        side = groups.setdefault(ResultIdentity.from_row(row), Side())
+        fields = tuple(map(row.get, IDENTITY_FIELDS))
+        identity = identities.get(fields)
+        if identity is None:
+            identity = identities[fields] = ResultIdentity.from_row(row)
+        side = groups.setdefault(identity, Side())
         side.rows += 1
         side.samples.extend(values)
     return groups

@@ -36,10 +36,12 @@ class ChangeWatch:
     """Per identity: the changes of its rows up to its latest row id."""
 
     def __init__(self, reader: Reader, entries: Callable[[], list[IdentityEntry]],
-                 covered: Callable[[IdentityEntry], bool] = lambda entry: False) -> None:
+                 covered: Callable[[IdentityEntry], bool] = lambda entry: False,
+                 warm: Callable[[], None] = lambda: None) -> None:
         self.reader = reader
         self._entries = entries
         self._covered = covered  #: the database has this identity's changes: nothing to find
+        self._warm = warm  #: before each pass: what the pages read for the current data, made ahead of them
         self._rate: float | None = None  #: seconds per identity of the background pass so far
         self._found: dict[str, tuple[int, list[Change]]] = {}
         self._lock = threading.Lock()
@@ -98,6 +100,7 @@ class ChangeWatch:
         self.reader.close()
 
     def _pass(self) -> None:
+        self._warm()
         done, started = 0, time.monotonic()
         for entry in self._entries():
             if self._stop.is_set():

@@ -211,7 +211,7 @@ class Dashboard:
         self.url_shown = url_shown
         self.table = table
         self.cwd = cwd or Path.cwd()
-        self.changes = ChangeWatch(reader, self.entries, self.covered)
+        self.changes = ChangeWatch(reader, self.entries, self.covered, self.warm)
         # what is kept, per data version (least recently used first out): sized so that a server over a
         # million rows stays small (a run's full rows are megabytes; its compare groups far less)
         self._latest = Memo(4)  # identities, their latest rows, runs
@@ -223,6 +223,15 @@ class Dashboard:
         self._references = Memo(8)  # per old run: the history each result is judged against
 
     # --- data versions ---
+
+    def warm(self) -> None:
+        """Make what the pages read for the current data (the background pass calls it), so that the
+        first request after rows land does not pay for it."""
+        version = self.version()
+        if version.exists:
+            self._items(version)
+            self._alerts(version)
+            self._states(version)
 
     def version(self) -> Version:
         return self.reader.version()
@@ -591,17 +600,20 @@ class Dashboard:
         return {**base, "counts": result.counts(), "warnings": result.warnings, "empty": False, **paging,
                 "models": [c.to_json() for c in page]}
 
+    def _states(self, version: Version) -> dict[str, Any]:
+        """Every series state (its latest runs), for judging single runs against their history."""
+        return self._history.get(("states",), version.max_id, lambda: self.reader.states([e.key for e in self.entries()]))
+
     def _references_at(self, run_id: str, version: Version) -> dict[ResultIdentity, list[float]]:
         """Per identity whose series state has run ``run_id``: its stable segment up to that run, what
         a single new figure is judged against (``report compare --old-run`` reads the same)."""
         def compute() -> dict[ResultIdentity, list[float]]:
-            states = self._history.get(("states",), version.max_id,
-                                       lambda: self.reader.states([e.key for e in self.entries()]))
+            identities = {e.key: e.identity for e in self.entries()}
             found = {}
-            for key, state in states.items():
+            for key, state in self._states(version).items():
                 values = reference_values(state, run_id)
-                if values:
-                    found[ResultIdentity.from_key(key)] = values
+                if values and key in identities:
+                    found[identities[key]] = values
             return found
         return self._references.get((run_id,), version.max_id, compute)
 

@@ -14,34 +14,40 @@ Method (docs/statistics.md, "Against the history"):
   unchanged result lies within ``mean ± t(1 − α/2, n − 1) · s · √(1/k + 1/n)`` of the reference's
   ``n`` figures with probability 1 − α. ``t = (new − mean) / (s · √(1/k + 1/n))`` and its two-sided
   p-value say how far outside it is; α is the false-alarm rate of a verdict.
-* **Verdict** (α = ``ALPHA``, 1 %; ``min_effect`` as ``report compare``'s threshold): ``slower`` /
+* **Verdict** (α = ``ALPHA``, 0.8 %: a false-alarm rate under 1 % with room for chance; ``min_effect``
+  as ``report compare``'s threshold): ``slower`` /
   ``faster`` when p < α **and** the change is at least ``min_effect``, in the metric's bad / good
   direction; ``unchanged`` when the 95 % interval of the ratio new/reference lies inside
   1 ± ``min_effect``; ``inconclusive`` otherwise (within the history's noise, or a change smaller
   than what matters).
 
-:func:`judge_latest` judges the latest run of a series twice: alone at α/5 and together with the two
-runs before it at 4α/5 (Bonferroni: the pair of tests keeps the false-alarm rate at most α). One run
-after a 5 % step at a CV of 2 % is 2.4 standard deviations out, which no test of one figure can
-call at 1 % false alarms more than about half the time (the best one-sided test: 57 %); three runs
-after it, their mean is 4.1 standard errors out. Measured: ``benchmarks/stat_power.py``.
+:func:`judge_latest` judges the latest run of a series twice: alone at 0.1 % and together with the two
+runs before it at 0.9 % (Bonferroni: the pair keeps the false-alarm rate at most ``LATEST_ALPHA``, 1 %;
+the two tests overlap, so it is lower, about 0.8 %). One run after a 5 % step at a CV of 2 % is 2.4
+standard deviations out, which no test of one figure can call at 1 % false alarms more than 57 % of
+the time (the best one-sided test); three runs after it, their mean is 4.1 standard errors out.
+Measured: ``benchmarks/stat_power.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import math
+import operator
 from typing import Sequence
 
 from .distributions import t_ppf, t_two_sided_p
 from .summary import percentile
 
-ALPHA = 0.01  #: false-alarm rate of one verdict (two-sided)
+ALPHA = 0.008  #: false-alarm rate of one verdict on one figure (two-sided)
+LATEST_ALPHA = 0.01  #: judge_latest's two tests together
 CONFIDENCE = 0.95  #: the interval that says "unchanged"
 MIN_HISTORY = 10  #: reference runs a verdict needs
 MAX_HISTORY = 50  #: the latest runs of the stable segment that make the reference
 SEQUENCE_RUNS = 3  #: judge_latest's second test: the latest runs taken together
-LATEST_SHARE = 0.2  #: the share of α judge_latest gives the latest run alone (the rest: the latest 3)
+LATEST_SHARE = 0.1  #: the share of LATEST_ALPHA judge_latest gives the latest run alone (the rest: the latest 3)
 FAR_OUT = 3.0  #: IQRs beyond the quartiles where a reference figure is left out
 DEFAULT_MIN_EFFECT = 0.03
 METHOD = "prediction interval"
@@ -100,29 +106,31 @@ class HistoryVerdict:
 
 
 def _finite(values: Sequence[float]) -> list[float]:
-    out = [float(v) for v in values]
-    if not all(math.isfinite(v) for v in out):
+    out = list(map(float, values))
+    if not all(map(math.isfinite, out)):
         raise ValueError("history verdicts need finite figures")
     return out
 
 
 def reference(values: Sequence[float]) -> Reference | None:
     """The :class:`Reference` of a stable segment's figures (the latest ``MAX_HISTORY``); None with
-    fewer than ``MIN_HISTORY`` or when every figure is the same."""
-    figures = _finite(values)[-MAX_HISTORY:]
+    fewer than ``MIN_HISTORY`` or when every figure is the same. (A dashboard makes thousands per
+    comparison: the loops are the interpreter's own.)"""
+    figures = _finite(values[-MAX_HISTORY:])
     if len(figures) < MIN_HISTORY:
         return None
     scale = "log" if min(figures) > 0 else "linear"
-    xs = [math.log(v) for v in figures] if scale == "log" else figures
+    xs = list(map(math.log, figures)) if scale == "log" else figures
     ordered = sorted(xs)
     q1, q3 = percentile(ordered, 25), percentile(ordered, 75)
-    fence = FAR_OUT * (q3 - q1)
-    kept = [x for x in xs if q1 - fence <= x <= q3 + fence]
+    low, high = q1 - FAR_OUT * (q3 - q1), q3 + FAR_OUT * (q3 - q1)
+    kept = xs if low <= ordered[0] and ordered[-1] <= high else [x for x in xs if low <= x <= high]
     if len(kept) < MIN_HISTORY:
         kept = xs
     n = len(kept)
     mean = math.fsum(kept) / n
-    stddev = math.sqrt(math.fsum((x - mean) ** 2 for x in kept) / (n - 1))
+    deviations = list(map(operator.sub, kept, itertools.repeat(mean)))
+    stddev = math.sqrt(math.fsum(map(operator.mul, deviations, deviations)) / (n - 1))
     if stddev == 0 or not math.isfinite(stddev):
         return None
     return Reference(n, mean, stddev, scale, len(xs) - n)
@@ -134,6 +142,11 @@ def _ratio(ref: Reference, shift: float) -> float | None:
         return math.exp(shift) if shift < 709.0 else math.inf
     base = abs(ref.mean)
     return None if base == 0 else 1.0 + shift / base
+
+
+@functools.lru_cache(maxsize=128)
+def _t_quantile(df: int) -> float:
+    return t_ppf(0.5 + CONFIDENCE / 2, df)
 
 
 def judge(ref: Reference, new: Sequence[float], *, lower_is_better: bool, alpha: float = ALPHA,
@@ -150,7 +163,7 @@ def judge(ref: Reference, new: Sequence[float], *, lower_is_better: bool, alpha:
     error = ref.stddev * math.sqrt(1.0 / k + 1.0 / ref.n)
     t = shift / error
     p = t_two_sided_p(t, ref.n - 1)
-    half = t_ppf(0.5 + CONFIDENCE / 2, ref.n - 1) * error
+    half = _t_quantile(ref.n - 1) * error
     ratio, low, high = _ratio(ref, shift), _ratio(ref, shift - half), _ratio(ref, shift + half)
 
     def result(verdict: str, reason: str) -> HistoryVerdict:
@@ -177,7 +190,7 @@ def stable_segment(values: Sequence[float], changes: Sequence[int], end: int) ->
     return list(values[max(start, end - MAX_HISTORY):end])
 
 
-def judge_latest(values: Sequence[float], changes: Sequence[int], *, lower_is_better: bool, alpha: float = ALPHA,
+def judge_latest(values: Sequence[float], changes: Sequence[int], *, lower_is_better: bool, alpha: float = LATEST_ALPHA,
                  min_effect: float = DEFAULT_MIN_EFFECT) -> HistoryVerdict | None:
     """The latest figure of a series (one per run, oldest first; ``changes``: its change indexes)
     against its stable segment: alone at α·``LATEST_SHARE``, and with the ``SEQUENCE_RUNS - 1`` runs
