@@ -20,9 +20,12 @@ So when the import returns, every change and count is complete. Progress goes to
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
+import multiprocessing
+import os
 import queue
 import threading
 import time
@@ -31,9 +34,11 @@ from typing import Any, Iterable, Iterator, Sequence
 from madengine.core.events import Reporter
 from madengine.database import alerts as alertlib
 from madengine.database.rows import IDENTITY_COLUMN, ImportRow, now_text
-from madengine.database.series import RunningBaselines, advance
+from madengine.database.series import Advance, RunningBaselines, SeriesState, advance
 
 SERIES_CHUNK = 100  #: series whose new rows are read and written at once
+WORKERS_FROM = 500  #: series an import brings up to date from which it uses worker processes
+MAX_WORKERS = 4
 PROGRESS_EVERY_S = 5.0
 
 Store = Any  # SqlStore | MongoStore
@@ -152,35 +157,106 @@ def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaseli
     outcome.already_stored += len(batch) - len(fresh)
 
 
+class _NeedsRows(Exception):
+    """A worker's advance() wants every row of the series: the importing process reads them."""
+
+
+def _read_all_elsewhere() -> list[dict[str, Any]]:
+    raise _NeedsRows
+
+
+def _advance_in_worker(state: SeriesState | None, key: str, rows: list[dict[str, Any]], reread: bool,
+                       since: int) -> Advance | None:
+    """advance() in a worker process (no database there): None when the series must be read whole."""
+    try:
+        return advance(state, key, rows, _read_all_elsewhere if reread else None, since=since)
+    except _NeedsRows:
+        return None
+
+
+class _Workers:
+    """Where the series of a big import are advanced: worker processes (as many as the machine has
+    cores, up to MAX_WORKERS) while this process reads the next series and writes the last; in this
+    process alone for a small import.
+
+    The workers are forked: a spawned one would run the caller's script again (a script calling
+    ``update_table`` needs no ``if __name__ == "__main__"``). They only compute, never touch the
+    database connection they inherit, and leave through ``os._exit`` (multiprocessing's fork
+    workers do), so the connection is never closed or rolled back in them."""
+
+    def __init__(self, series: int) -> None:
+        cores = os.cpu_count() or 1
+        self.pool = None
+        if series >= WORKERS_FROM and cores > 1 and "fork" in multiprocessing.get_all_start_methods():
+            self.pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=min(cores, MAX_WORKERS), mp_context=multiprocessing.get_context("fork"))
+
+    def submit(self, task: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+        return task, None if self.pool is None else self.pool.submit(_advance_in_worker, *task)
+
+    @staticmethod
+    def result(store: Store, handle: tuple[tuple[Any, ...], Any]) -> Advance:
+        task, future = handle
+        step = None if future is None else future.result()
+        if step is None:  # in this process: a small import, or a series to read whole
+            state, key, rows, reread, since = task
+            step = advance(state, key, rows, (lambda: store.identity_rows(key)) if reread else None, since=since)
+        return step
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def update_series(store: Store, mark: int, keys: Sequence[str], outcome: Outcome, progress: Progress) -> None:
-    """One :func:`advance` per series of ``keys`` over its rows after ``mark``, and their alerts."""
-    now = now_text()
+    """One :func:`advance` per series of ``keys`` over its rows after ``mark``, and their alerts; the
+    series of one chunk are advanced while the next chunk is read."""
     keys = sorted(keys)
     progress(0, len(keys), "series")
-    for start in range(0, len(keys), SERIES_CHUNK):
-        chunk = keys[start:start + SERIES_CHUNK]
-        states = store.load_states(chunk)
-        existing: dict[str, list[alertlib.Alert]] = {}
-        for alert in store.load_alerts(chunk):
-            existing.setdefault(alert.identity_key, []).append(alert)
-        saved_states, saved_alerts, updates = [], [], []
-        for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=lambda r: r[IDENTITY_COLUMN]):
-            state = states.get(key)
-            reread = state is not None or store.has_rows_before(key, mark)
-            step = advance(state, key, list(rows), (lambda k=key: store.identity_rows(k)) if reread else None,
-                           since=mark)
-            saved_states.append(step.state)
-            known = {a.alert_id for a in existing.get(key, [])}
-            changed = alertlib.reconcile(existing.get(key, []), step.changes, step.frozen_before, now)
-            outcome.new_alerts += sum(a.alert_id not in known for a in changed)
-            saved_alerts += changed
-            updates += step.updates
-        store.save_states(saved_states)
-        store.save_alerts(saved_alerts)
-        store.update_relative_change(updates)
-        outcome.series += len(saved_states)
-        outcome.corrected += len(updates)
-        progress(start + len(chunk), len(keys), "series")
+    workers = _Workers(len(keys))
+    try:
+        pending: tuple[list[str], list[Any]] | None = None
+        for start in range(0, len(keys) + SERIES_CHUNK, SERIES_CHUNK):
+            chunk = keys[start:start + SERIES_CHUNK]
+            submitted = _submit_chunk(store, mark, chunk, workers) if chunk else None
+            if pending is not None:
+                _finish_chunk(store, *pending, workers, outcome)
+                progress(min(start, len(keys)), len(keys), "series")
+            pending = submitted
+    finally:
+        workers.close()
+
+
+def _submit_chunk(store: Store, mark: int, chunk: list[str], workers: _Workers) -> tuple[list[str], list[Any]]:
+    states = store.load_states(chunk)
+    handles = []
+    for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=lambda r: r[IDENTITY_COLUMN]):
+        state = states.get(key)
+        handles.append(workers.submit((state, key, list(rows), state is not None or store.has_rows_before(key, mark),
+                                       mark)))
+    return chunk, handles
+
+
+def _finish_chunk(store: Store, chunk: list[str], handles: list[Any], workers: _Workers, outcome: Outcome) -> None:
+    now = now_text()
+    existing: dict[str, list[alertlib.Alert]] = {}
+    for alert in store.load_alerts(chunk):
+        existing.setdefault(alert.identity_key, []).append(alert)
+    saved_states, saved_alerts, updates = [], [], []
+    for handle in handles:
+        step = workers.result(store, handle)
+        key = step.state.key
+        saved_states.append(step.state)
+        known = {a.alert_id for a in existing.get(key, [])}
+        changed = alertlib.reconcile(existing.get(key, []), step.changes, step.frozen_before, now)
+        outcome.new_alerts += sum(a.alert_id not in known for a in changed)
+        saved_alerts += changed
+        updates += step.updates
+    store.save_states(saved_states)
+    store.save_alerts(saved_alerts)
+    store.update_relative_change(updates)
+    outcome.series += len(saved_states)
+    outcome.corrected += len(updates)
 
 
 def catch_up(store: Store, reporter: Reporter | None = None) -> int:
