@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import importlib.util
 import json
 import os
 import random
@@ -336,9 +337,7 @@ def prepare(work: Path, n_models: int, n_runs: int, with_asv: bool) -> tuple[Pat
         perf.with_suffix(".tmp").rename(perf)
         write_perf_csv(nightly, n_models, n_runs, range(n_runs, n_runs + 1))
     if with_asv:
-        try:
-            import asv  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("asv") is None:
             print("asv is not installed (pip install asv): asv publish is left out", file=sys.stderr)
             return perf, nightly, None
         asv = work / f"asv-{n_models}x{n_runs}"

@@ -20,7 +20,6 @@ from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.database import importer, rows as rowlib, update_table
 from madengine.database.rows import PerfCsv, content_keys
-from madengine.results.series import numbered_points
 from madengine.stats.changepoint import detect
 from test_database_helpers import history, one_error_line, relative, write_perf_csv
 

@@ -13,7 +13,7 @@ which nothing else holds: a rebuild of the series states keeps every alert and i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from madengine.core import jsonio
 from madengine.database import alerts as alertlib
@@ -21,8 +21,7 @@ from madengine.database.alerts import Alert
 from madengine.database.series import SeriesState
 from madengine.database.summary import MAX_NAME, text_hash
 
-if TYPE_CHECKING:
-    from madengine.database.sql import SqlStore
+SqlStore = Any  # madengine.database.sql.SqlStore, which imports this module
 
 SERIES_SUFFIX, ALERTS_SUFFIX, LOG_SUFFIX = "_series", "_alerts", "_alert_log"
 SERIES_COLUMNS = ("identity_hash", "identity_key", "covered", "latest_run", "statuses", "verdict", "state")
@@ -44,12 +43,12 @@ def names(table: str) -> tuple[str, str, str] | None:
     return found if max(map(len, found)) <= MAX_NAME else None
 
 
-def _type(store: "SqlStore", column: str) -> str:
+def _type(store: SqlStore, column: str) -> str:
     mysql = store.dialect.name == "mysql"
     return (_MYSQL_TYPES if mysql else _SQLITE_TYPES).get(column, "TEXT")
 
 
-def _exists(store: "SqlStore", name: str) -> bool:
+def _exists(store: SqlStore, name: str) -> bool:
     if store.dialect.name == "sqlite":
         query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
     else:
@@ -57,12 +56,12 @@ def _exists(store: "SqlStore", name: str) -> bool:
     return store._execute(query, (name,)).fetchone() is not None
 
 
-def present(store: "SqlStore") -> bool:
+def present(store: SqlStore) -> bool:
     tables = names(store.table)
     return tables is not None and all(_exists(store, name) for name in tables)
 
 
-def ensure(store: "SqlStore") -> bool:
+def ensure(store: SqlStore) -> bool:
     """Create the history tables that are missing; False when the table's name leaves no room for them."""
     tables = names(store.table)
     if tables is None:
@@ -84,7 +83,7 @@ def ensure(store: "SqlStore") -> bool:
     return True
 
 
-def _replace(store: "SqlStore", name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def _replace(store: SqlStore, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     if not rows:
         return
     q = store.dialect.q
@@ -102,7 +101,7 @@ def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
 
 # --- series ------------------------------------------------------------------------------------
 
-def load_states(store: "SqlStore", keys: Iterable[str]) -> dict[str, SeriesState]:
+def load_states(store: SqlStore, keys: Iterable[str]) -> dict[str, SeriesState]:
     """The stored states of these identities (those that have one)."""
     series = names(store.table)[0]  # type: ignore[index]
     hashes = {text_hash(k): k for k in keys}
@@ -117,13 +116,13 @@ def load_states(store: "SqlStore", keys: Iterable[str]) -> dict[str, SeriesState
     return found
 
 
-def save_states(store: "SqlStore", states: Iterable[SeriesState]) -> None:
+def save_states(store: SqlStore, states: Iterable[SeriesState]) -> None:
     rows = [(text_hash(s.key), s.key, s.covered, s.tail[-1].run if s.tail else "", s.statuses,
              jsonio.dumps(s.verdict) if s.verdict else "", jsonio.dumps(s.to_record())) for s in states]
     _replace(store, names(store.table)[0], SERIES_COLUMNS, rows)  # type: ignore[index]
 
 
-def series_overview(store: "SqlStore") -> dict[str, dict[str, Any]]:
+def series_overview(store: SqlStore) -> dict[str, dict[str, Any]]:
     """Per identity key: ``covered``, ``latest_run``, ``statuses``, ``verdict`` (the dashboard's read)."""
     series = names(store.table)[0]  # type: ignore[index]
     out = {}
@@ -134,7 +133,7 @@ def series_overview(store: "SqlStore") -> dict[str, dict[str, Any]]:
     return out
 
 
-def behind(store: "SqlStore", ids_table: str) -> list[str]:
+def behind(store: SqlStore, ids_table: str) -> list[str]:
     """Identity keys whose state is missing or older than their latest row (rows an earlier
     release wrote), by the identity summary ``ids_table``."""
     q = store.dialect.q
@@ -153,7 +152,7 @@ def _alert(values: Sequence[Any]) -> Alert:
     return alertlib.from_record(record)
 
 
-def load_alerts(store: "SqlStore", keys: Iterable[str] | None = None, alert_ids: Sequence[str] = ()) -> list[Alert]:
+def load_alerts(store: SqlStore, keys: Iterable[str] | None = None, alert_ids: Sequence[str] = ()) -> list[Alert]:
     """The alerts of these identities (every alert when None), or of these ids."""
     alerts_table = names(store.table)[1]  # type: ignore[index]
     select = f"SELECT {', '.join(store.dialect.q(c) for c in ALERT_COLUMNS)} FROM {store.dialect.q(alerts_table)}"
@@ -168,7 +167,7 @@ def load_alerts(store: "SqlStore", keys: Iterable[str] | None = None, alert_ids:
     return found
 
 
-def save_alerts(store: "SqlStore", alerts: Iterable[Alert]) -> None:
+def save_alerts(store: SqlStore, alerts: Iterable[Alert]) -> None:
     rows = [(a.alert_id, text_hash(a.identity_key), a.identity_key, a.model, a.metric, a.kind, a.position, a.before_run,
              a.after_run, a.after_started_at, a.size_percent, a.confidence, int(a.detected), int(a.latest),
              jsonio.dumps(a.change), a.state, a.note, jsonio.dumps(a.links), a.updated_by, a.updated_at, a.detected_at)
@@ -176,7 +175,7 @@ def save_alerts(store: "SqlStore", alerts: Iterable[Alert]) -> None:
     _replace(store, names(store.table)[1], ALERT_COLUMNS, rows)  # type: ignore[index]
 
 
-def log_triage(store: "SqlStore", alert: Alert) -> None:
+def log_triage(store: SqlStore, alert: Alert) -> None:
     q = store.dialect.q
     log = names(store.table)[2]  # type: ignore[index]
     store._execute(f"INSERT INTO {q(log)} ({', '.join(q(c) for c in LOG_COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?)",
@@ -184,7 +183,7 @@ def log_triage(store: "SqlStore", alert: Alert) -> None:
                     alert.updated_at))
 
 
-def triage_log(store: "SqlStore", alert_id: str) -> list[dict[str, Any]]:
+def triage_log(store: SqlStore, alert_id: str) -> list[dict[str, Any]]:
     q = store.dialect.q
     log = names(store.table)[2]  # type: ignore[index]
     rows = store._execute(f"SELECT id, {', '.join(q(c) for c in LOG_COLUMNS)} FROM {q(log)} WHERE alert_id = ? "
@@ -193,13 +192,13 @@ def triage_log(store: "SqlStore", alert_id: str) -> list[dict[str, Any]]:
             for r in rows]
 
 
-def triage_version(store: "SqlStore") -> int:
+def triage_version(store: SqlStore) -> int:
     """The newest triage step's id (0 for none): part of the dashboard's data version."""
     log = names(store.table)[2]  # type: ignore[index]
     return int(store._execute(f"SELECT MAX(id) FROM {store.dialect.q(log)}").fetchone()[0] or 0)
 
 
-def update_relative_change(store: "SqlStore", updates: Sequence[tuple[int, str]]) -> None:
+def update_relative_change(store: SqlStore, updates: Sequence[tuple[int, str]]) -> None:
     statement = store._sql("UPDATE {t} SET relative_change = ? WHERE id = ?")
     cursor = store.connection.cursor()
     for chunk in _chunks([(text, row_id) for row_id, text in updates]):
