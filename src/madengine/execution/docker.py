@@ -30,6 +30,7 @@ from madengine.execution.build import last_line
 from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
 from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError
 from madengine.execution.executor import ImageInfo, ImageSource, Target
+from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 RUN_LABEL = "madengine.run"
@@ -56,9 +57,10 @@ def connect(environ: Mapping[str, str], *, timeout: float = 5.0,
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, client: Engine | None, images: ImageSource) -> None:
+    def __init__(self, client: Engine | None, images: ImageSource, probes: ProbeCache | None = None) -> None:
         self.client = client
         self.images = images
+        self.probes = probes or ProbeCache(None)
         self._containers: dict[str, _Container] = {}
         self._removals: list[threading.Thread] = []
         self._unremoved: list[_Container] = []
@@ -72,6 +74,10 @@ class DockerExecutor:
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
+
+    def probe(self, spec: RunSpec) -> Probe:
+        with engine_calls():
+            return probe_docker(self._engine(), spec, self._create_args(spec), self.probes, {RUN_LABEL: spec.run_id})
 
     # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:
