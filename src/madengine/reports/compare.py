@@ -195,10 +195,11 @@ def compare_rows(old_rows: Iterable[Mapping[str, str]], new_rows: Iterable[Mappi
 
 def compare_groups(old: dict[ResultIdentity, Side], new: dict[ResultIdentity, Side],
                    threshold: float = DEFAULT_THRESHOLD, *, across_environments: bool = False,
-                   references: Mapping[ResultIdentity, Sequence[float]] | None = None) -> CompareResult:
+                   references: Mapping[ResultIdentity, Sequence[float] | historylib.Reference] | None = None
+                   ) -> CompareResult:
     """Compare two sides already grouped by :func:`group_samples` (a dashboard keeps a run's groups).
-    ``references``: per old identity, the figures of its stable segment up to the old side (see the
-    module docstring)."""
+    ``references``: per old identity, the figures of its stable segment up to the old side, or their
+    :class:`~madengine.stats.history.Reference` made already (see the module docstring)."""
     if threshold < 0:
         raise InputError("the threshold cannot be negative", path="--threshold")
     pairs = {identity: identity for identity in old.keys() & new.keys()}
@@ -228,11 +229,11 @@ def compare_groups(old: dict[ResultIdentity, Side], new: dict[ResultIdentity, Si
 
 
 def _compared(identity: ResultIdentity, new_identity: ResultIdentity, old: Side, new: Side, lower: bool,
-              threshold: float, reference: Sequence[float] | None = None) -> Comparison:
+              threshold: float, reference: Sequence[float] | historylib.Reference | None = None) -> Comparison:
     differences = identity.environment_differences(new_identity)
     other = new_identity if differences else None
     if min(len(old.samples), len(new.samples)) < MIN_SAMPLES and reference:
-        ref = historylib.reference(reference)
+        ref = reference if isinstance(reference, historylib.Reference) else historylib.reference(reference)
         if ref is not None:
             verdict = historylib.judge(ref, new.samples, lower_is_better=lower, min_effect=threshold)
             return Comparison(identity, lower, old, new, verdict.verdict, verdict.ratio, verdict.ci_low, verdict.ci_high,

@@ -36,11 +36,11 @@ class ChangeWatch:
     """Per identity: the changes of its rows up to its latest row id."""
 
     def __init__(self, reader: Reader, entries: Callable[[], list[IdentityEntry]],
-                 covered: Callable[[IdentityEntry], bool] = lambda entry: False,
+                 covered: Callable[[Sequence[IdentityEntry]], set[str]] = lambda entries: set(),
                  warm: Callable[[], None] = lambda: None) -> None:
         self.reader = reader
         self._entries = entries
-        self._covered = covered  #: the database has this identity's changes: nothing to find
+        self._covered = covered  #: the keys of the identities whose changes the database has: nothing to find
         self._warm = warm  #: before each pass: what the pages read for the current data, made ahead of them
         self._rate: float | None = None  #: seconds per identity of the background pass so far
         self._found: dict[str, tuple[int, list[Change]]] = {}
@@ -84,6 +84,10 @@ class ChangeWatch:
             self._thread = threading.Thread(target=self._loop, name="madengine-changes", daemon=True)
             self._thread.start()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -102,10 +106,12 @@ class ChangeWatch:
     def _pass(self) -> None:
         self._warm()
         done, started = 0, time.monotonic()
-        for entry in self._entries():
+        entries = self._entries()
+        known = self._covered(entries)
+        for entry in entries:
             if self._stop.is_set():
                 return
-            if self._covered(entry):
+            if entry.key in known:
                 continue
             with self._lock:
                 cached = self._found.get(entry.key)

@@ -28,7 +28,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from madengine.core.errors import InputError
 from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
-from madengine.database.series import reference_values
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
 from madengine.reports.metrics import lower_is_better
 from madengine.reports.regressions import Change, series_from_rows
@@ -37,6 +36,7 @@ from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.server import files
 from madengine.server.changes import ChangeWatch
+from madengine.server.history import SeriesCache
 from madengine.server.filters import VERDICTS, Filters, row_time
 from madengine.stats.compare import ALPHA
 
@@ -219,8 +219,9 @@ class Dashboard:
         self._run_rows = Memo(2)
         self._groups = Memo(32)  # per run: its samples grouped by identity, for comparisons
         self._compared = Memo(8)
-        self._history = Memo(2)  # alerts (per triage version) and series states (for comparisons)
+        self._history = Memo(2)  # alerts (per triage version)
         self._references = Memo(8)  # per old run: the history each result is judged against
+        self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
 
     # --- data versions ---
 
@@ -231,7 +232,8 @@ class Dashboard:
         if version.exists:
             self._items(version)
             self._alerts(version)
-            self._states(version)
+            self.tails.refresh(self._series_states(version))
+            self.tails.prepare(stop=lambda: self.changes.stopping)
 
     def version(self) -> Version:
         return self.reader.version()
@@ -415,19 +417,19 @@ class Dashboard:
         return {"database": self.database(version), "empty": not every, **paging, "items": page,
                 "facets": self.facets(every)}
 
-    def _series_states(self) -> dict[str, dict[str, Any]]:
-        version = self.version()
+    def _series_states(self, version: Version) -> dict[str, dict[str, Any]]:
         return self._latest.get(("series",), version.max_id, self.reader.series_overview) if version.exists else {}
 
-    def covered(self, entry: IdentityEntry) -> bool:
-        """The database's alerts have this identity's changes up to its latest row."""
-        state = self._series_states().get(entry.key)
-        return state is not None and state["covered"] >= entry.latest_id
+    def covered(self, entries: Sequence[IdentityEntry], version: Version | None = None) -> set[str]:
+        """The keys of ``entries`` whose changes the database's alerts have up to their latest row."""
+        states = self._series_states(version or self.version())
+        return {e.key for e in entries if e.key in states and states[e.key]["covered"] >= e.latest_id}
 
     def _change_records(self, entries: Sequence[IdentityEntry], version: Version) -> tuple[int, list[dict[str, Any]]]:
         """(identities whose changes are known, their changes as ``report regressions --json`` shows
         them, each with its ``alert`` when the database keeps one)."""
-        covered = [e for e in entries if self.covered(e)]
+        known = self.covered(entries, version)
+        covered = [e for e in entries if e.key in known]
         wanted = {e.key for e in covered}
         records = [{**a.change, "alert": self._alert_json(a)} for a in self._alerts(version)
                    if a.detected and a.identity_key in wanted]
@@ -474,7 +476,7 @@ class Dashboard:
         """One identity: a point per run (the median of its samples, their min and max), the failed
         rows with their reasons, and the changes ``report regressions`` finds in its whole history."""
         rows = self._identity_rows.get((entry.key,), entry.latest_id, lambda: self.reader.identity_rows(entry.key))
-        if self.covered(entry):
+        if self.covered([entry], version):
             changes = [{**a.change, "alert": self._alert_json(a)} for a in self._alerts(version)
                        if a.detected and a.identity_key == entry.key]
             changes.sort(key=lambda c: c["index"])
@@ -603,21 +605,12 @@ class Dashboard:
         return {**base, "counts": result.counts(), "warnings": result.warnings, "empty": False, **paging,
                 "models": [c.to_json() for c in page]}
 
-    def _states(self, version: Version) -> dict[str, Any]:
-        """Every series state (its latest runs), for judging single runs against their history."""
-        return self._history.get(("states",), version.max_id, lambda: self.reader.states([e.key for e in self.entries()]))
-
-    def _references_at(self, run_id: str, version: Version) -> dict[ResultIdentity, list[float]]:
-        """Per identity whose series state has run ``run_id``: its stable segment up to that run, what
-        a single new figure is judged against (``report compare --old-run`` reads the same)."""
-        def compute() -> dict[ResultIdentity, list[float]]:
-            identities = {e.key: e.identity for e in self.entries()}
-            found = {}
-            for key, state in self._states(version).items():
-                values = reference_values(state, run_id)
-                if values and key in identities:
-                    found[identities[key]] = values
-            return found
+    def _references_at(self, run_id: str, version: Version) -> dict[ResultIdentity, Any]:
+        """Per identity whose series has run ``run_id`` among its latest: the reference (stable segment up
+        to that run) a single new figure is judged against (``report compare --old-run`` makes the same)."""
+        def compute() -> dict[ResultIdentity, Any]:
+            self.tails.refresh(self._series_states(version))
+            return self.tails.references_at(run_id, {e.key: e.identity for e in self.entries()})
         return self._references.get((run_id,), version.max_id, compute)
 
 
