@@ -25,6 +25,7 @@ differs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -144,11 +145,15 @@ class CompareResult:
 
 # --- grouping ----------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 16)  # a dashboard compares runs of thousands of results, again and again
+def _identity(fields: tuple[Any, ...]) -> ResultIdentity:
+    return ResultIdentity.from_row(dict(zip(IDENTITY_FIELDS, fields)))
+
+
 def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[ResultIdentity, Side]:
     """SUCCESS rows with figures, grouped by identity; a malformed ``perf_samples`` is an
     :class:`InputError` naming ``source`` and the row."""
     groups: dict[ResultIdentity, Side] = {}
-    identities: dict[tuple[Any, ...], ResultIdentity] = {}  # a run of thousands of rows: each identity made once
     for number, row in enumerate(rows, start=1):
         if (row.get("status") or "").strip().upper() != Status.SUCCESS:
             continue
@@ -159,11 +164,7 @@ def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[R
                              hint="perf_samples must be a JSON list of numbers, or empty") from None
         if not values:
             continue
-        fields = tuple(map(row.get, IDENTITY_FIELDS))
-        identity = identities.get(fields)
-        if identity is None:
-            identity = identities[fields] = ResultIdentity.from_row(row)
-        side = groups.setdefault(identity, Side())
+        side = groups.setdefault(_identity(tuple(map(row.get, IDENTITY_FIELDS))), Side())
         side.rows += 1
         side.samples.extend(values)
     return groups

@@ -152,7 +152,7 @@ def _t_quantile(df: int) -> float:
 def judge(ref: Reference, new: Sequence[float], *, lower_is_better: bool, alpha: float = ALPHA,
           min_effect: float = DEFAULT_MIN_EFFECT, what: str = "") -> HistoryVerdict:
     """The verdict on the mean of ``new`` (one figure or a few) against ``ref`` (module docstring)."""
-    figures = _finite(new)
+    figures = new if len(new) == 1 and new[0].__class__ is float and math.isfinite(new[0]) else _finite(new)
     k = len(figures)
     method = f"{METHOD}: {what or ('latest run' if k == 1 else f'{k} runs')} vs {ref.n} runs"
     if ref.scale == "log" and min(figures) <= 0:
