@@ -104,6 +104,18 @@ def test_overview_filters_narrow_the_list_and_live_in_the_url(page, site):
     shared = page.url
     page.goto(shared)  # the URL alone gives the same view
     assert [n.split(" ·")[0] for n in result_names(page)] == ["resnet"]
+    # the results sort on the server (all pages): a header is a link that keeps the filters
+    open_page(page, site, "/")
+    page.click("#results thead th[data-sort-key='performance'] a")
+    page.wait_for_url("**sort=performance&order=desc*")
+    assert result_names(page)[0].startswith("bert [bs=64]")  # 100 samples/s: the largest figure
+    assert page.locator("#results thead th[aria-sort='descending']").inner_text().startswith("performance")
+    # a table of one page sorts in the page: the runs of a trend, oldest first after a click on "started"
+    open_page(page, site, "/trend?model=gpt2")
+    page.click("details.runs-of-trend summary")
+    runs = page.locator("details.runs-of-trend table")
+    runs.locator("thead th", has_text="started").click()
+    assert runs.locator("tbody tr td:first-child").first.inner_text() == run_id(1)
 
 
 def test_trend_chart_has_one_point_per_run_and_marks_the_change(page, site):

@@ -65,8 +65,9 @@
     var cell = row.cells[index];
     if (!cell) { return ""; }
     var raw = cell.hasAttribute("data-value") ? cell.getAttribute("data-value") : cell.textContent.trim();
-    var number = parseFloat(raw.replace(/[,%\s]/g, "").replace("−", "-"));
-    return isNaN(number) || !/^[-+−]?[\d.,]/.test(raw.trim()) ? raw.toLowerCase() : number;
+    var cleaned = raw.replace(/[,%\s]/g, "").replace("−", "-");
+    var number = cleaned === "" ? NaN : Number(cleaned);  /* the whole text a number, or text (dates stay text) */
+    return isNaN(number) ? raw.toLowerCase() : number;
   }
 
   function sortBy(header) {
