@@ -174,7 +174,7 @@ def main() -> int:
     for name, value, relation, target in checks:
         met = {"<=": value <= target, ">=": value >= target, "==": value == target}[relation]
         ok &= met
-        print(f"{name:64s} {value:7.1%}  (target {relation} {target:.0%}) {'met' if met else 'MISSED'}")
+        print(f"{name:64s} {value:7.2%}  (target {relation} {target:.0%}) {'met' if met else 'MISSED'}")
     print(f"change-point detection of one 500-point series: {detection_time(rng) * 1000:.1f} ms CPU")
     return 0 if ok else 1
 
