@@ -37,7 +37,8 @@ from madengine.database.rows import IDENTITY_COLUMN, ImportRow, now_text
 from madengine.database.series import Advance, RunningBaselines, SeriesState, advance
 
 SERIES_CHUNK = 100  #: series whose new rows are read and written at once
-WORKERS_FROM = 500  #: series an import brings up to date from which it uses worker processes
+WORKERS_FROM = 50_000  #: rows an import brings from which its series are advanced in worker processes
+#: (a nightly run adds one point to each series: its work is small, handing it out would cost as much)
 MAX_WORKERS = 4
 PROGRESS_EVERY_S = 5.0
 
@@ -127,28 +128,33 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
     history = store.keeps_history()
     baselines = RunningBaselines({})
     touched: dict[str, None] = {}
+    states: dict[str, SeriesState] = {}  # loaded to seed the running window: the series pass goes on from them
     outcome, done = Outcome(), 0
     progress(0, total, "rows")
     with store.bulk() if mark == 0 else contextlib.nullcontext():
         for batch in Prefetch(batches):
             done += len(batch)
-            _insert_batch(store, batch, baselines, touched, history, created_date, outcome, empty=mark == 0)
+            _insert_batch(store, batch, baselines, touched, states if history and mark else None, created_date,
+                          outcome, empty=mark == 0)
             progress(done, total, "rows")
     if outcome.inserted:
         store.absorb(mark)
         if history:
-            update_series(store, mark, list(touched), outcome, progress)
+            update_series(store, mark, list(touched), outcome, progress, states)
     return outcome
 
 
 def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaselines, touched: dict[str, None],
-                  history: bool, created_date: str, outcome: Outcome, *, empty: bool) -> None:
-    """The rows of ``batch`` the store does not have, with their running ``relative_change``."""
+                  states: dict[str, SeriesState] | None, created_date: str, outcome: Outcome, *, empty: bool) -> None:
+    """The rows of ``batch`` the store does not have, with their running ``relative_change``
+    (``states``: where the series states loaded to seed the window go; None: nothing to seed)."""
     stored = set() if empty else store.existing_keys([row.key for row in batch])  # an empty table has none
     fresh = [row for row in batch if row.key not in stored]
     unseen = [g for g in dict.fromkeys(row.group for row in fresh) if g not in touched]
-    if unseen and history and not empty:
-        baselines.seed({key: state.baseline for key, state in store.load_states(unseen).items()})
+    if unseen and states is not None:
+        loaded = store.load_states(unseen)
+        states.update(loaded)
+        baselines.seed({key: state.baseline for key, state in loaded.items()})
     for row in fresh:
         touched[row.group] = None
         row.cells["relative_change"] = baselines.relative_change(row.group, row.cells["status"],
@@ -184,10 +190,10 @@ class _Workers:
     database connection they inherit, and leave through ``os._exit`` (multiprocessing's fork
     workers do), so the connection is never closed or rolled back in them."""
 
-    def __init__(self, series: int) -> None:
+    def __init__(self, rows: int, series: int) -> None:
         cores = os.cpu_count() or 1
         self.pool = None
-        if series >= WORKERS_FROM and cores > 1 and "fork" in multiprocessing.get_all_start_methods():
+        if rows >= WORKERS_FROM and series > 1 and cores > 1 and "fork" in multiprocessing.get_all_start_methods():
             self.pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=min(cores, MAX_WORKERS), mp_context=multiprocessing.get_context("fork"))
 
@@ -208,17 +214,18 @@ class _Workers:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
 
-def update_series(store: Store, mark: int, keys: Sequence[str], outcome: Outcome, progress: Progress) -> None:
+def update_series(store: Store, mark: int, keys: Sequence[str], outcome: Outcome, progress: Progress,
+                  states: dict[str, SeriesState] | None = None) -> None:
     """One :func:`advance` per series of ``keys`` over its rows after ``mark``, and their alerts; the
-    series of one chunk are advanced while the next chunk is read."""
+    series of one chunk are advanced while the next chunk is read (``states``: those loaded already)."""
     keys = sorted(keys)
     progress(0, len(keys), "series")
-    workers = _Workers(len(keys))
+    workers = _Workers(outcome.inserted, len(keys))
     try:
         pending: tuple[list[str], list[Any]] | None = None
         for start in range(0, len(keys) + SERIES_CHUNK, SERIES_CHUNK):
             chunk = keys[start:start + SERIES_CHUNK]
-            submitted = _submit_chunk(store, mark, chunk, workers) if chunk else None
+            submitted = _submit_chunk(store, mark, chunk, workers, states or {}) if chunk else None
             if pending is not None:
                 _finish_chunk(store, *pending, workers, outcome)
                 progress(min(start, len(keys)), len(keys), "series")
@@ -227,8 +234,10 @@ def update_series(store: Store, mark: int, keys: Sequence[str], outcome: Outcome
         workers.close()
 
 
-def _submit_chunk(store: Store, mark: int, chunk: list[str], workers: _Workers) -> tuple[list[str], list[Any]]:
-    states = store.load_states(chunk)
+def _submit_chunk(store: Store, mark: int, chunk: list[str], workers: _Workers,
+                  loaded: dict[str, SeriesState]) -> tuple[list[str], list[Any]]:
+    missing = [key for key in chunk if key not in loaded]
+    states = {**{key: loaded.pop(key) for key in chunk if key in loaded}, **(store.load_states(missing) if missing else {})}
     handles = []
     for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=lambda r: r[IDENTITY_COLUMN]):
         state = states.get(key)

@@ -138,15 +138,15 @@ def _region(state: SeriesState, new_points: list[Point]) -> tuple[list[Point], b
     """The tail with the new points in their place, and whether they simply follow it (no new
     point merged into a tail point, none sorted before one); None when they do not fit after the
     tail's first point (the series must be read whole)."""
-    tail = [Point(p.run, p.started_at, list(p.samples), p.order) for p in state.tail]
-    by_run = {p.run: p for p in tail}
+    tail = list(state.tail)
+    at = {p.run: k for k, p in enumerate(tail)}
     fresh = []
     for point in new_points:
-        known = by_run.get(point.run)
-        if known is None:
+        k = at.get(point.run)
+        if k is None:
             fresh.append(point)
             continue
-        known.samples.extend(point.samples)
+        known = tail[k] = Point(tail[k].run, tail[k].started_at, [*tail[k].samples, *point.samples], tail[k].order)
         if point.started_at and (not known.started_at or point.started_at < known.started_at):
             known.started_at = point.started_at
     region = tail + fresh

@@ -100,7 +100,7 @@ def best_split(values: Sequence[float], min_size: int = MIN_SEGMENT) -> tuple[in
     m = len(values)
     if m < 2 * min_size:
         return None
-    scale = max(abs(v) for v in values)
+    scale = max(map(abs, values))
     if scale == 0:
         return None
     xs = [v / scale for v in values]
@@ -134,7 +134,7 @@ def best_split(values: Sequence[float], min_size: int = MIN_SEGMENT) -> tuple[in
 def student_p(left: Sequence[float], right: Sequence[float]) -> float:
     """Two-sided p of Student's two-sample t-test with pooled variance (hunter's test; exact under
     "no change", unlike Welch's, which is liberal for 3 values against 57). Overflow-safe."""
-    scale = max(max(abs(v) for v in left), max(abs(v) for v in right)) or 1.0
+    scale = max(max(map(abs, left)), max(map(abs, right))) or 1.0
     a = [v / scale for v in left]
     b = [v / scale for v in right]
     mean_a, mean_b = math.fsum(a) / len(a), math.fsum(b) / len(b)
