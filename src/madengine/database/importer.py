@@ -118,12 +118,16 @@ class Progress:
 
 
 def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int = 0, reporter: Reporter | None = None,
-                what: str = "import", created_date: str | None = None) -> Outcome:
+                what: str = "import", created_date: str | None = None, wait_s: float | None = None) -> Outcome:
     """Insert the new rows of ``batches`` (see the module docstring); ``total``: rows to expect, for
-    the progress lines."""
+    the progress lines; ``wait_s``: how long to wait for another import of the table (the store's own
+    default when None)."""
     created_date = created_date or now_text()
     progress = Progress(reporter, what)
-    store.begin_import()
+    if wait_s is None:
+        store.begin_import()
+    else:
+        store.begin_import(wait_s)
     mark = store.mark()
     history = store.keeps_history()
     baselines = RunningBaselines({})

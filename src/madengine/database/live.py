@@ -22,6 +22,7 @@ from madengine.database.urls import DbUrl, parse_url
 # ``run`` asks recorder_url(), few record into a database
 
 ENV_VARIABLE = "MADENGINE_DB_URL"
+LOCK_WAIT_S = 10.0  #: how long a row waits for another import of the table (MySQL's named lock)
 
 
 def recorder_url(db_url: str | None, environ: Mapping[str, str]) -> DbUrl | None:
@@ -63,7 +64,8 @@ class LiveRecorder:
                     store.create_table()  # the table, newer columns, summary and history tables (idempotent)
                     importer.catch_up(store)
                     self._table_checked = True
-                self.recorded += importer.import_rows(store, [[row]]).inserted
+                # a run does not wait long behind a big import: its rows are in perf.csv, for later
+                self.recorded += importer.import_rows(store, [[row]], wait_s=LOCK_WAIT_S).inserted
         except Exception as exc:  # noqa: BLE001 - whatever the database did, the run goes on (perf.csv has the row)
             self.stopped = str(exc) if isinstance(exc, MadEngineError) else f"{type(exc).__name__}: {exc}"
             return (f"madengine: warning: the results database did not take the row of {row.cells['model']} "

@@ -175,7 +175,7 @@ class MongoStore:
 
     # --- what an import needs (madengine.database.importer) ---
 
-    def begin_import(self) -> None:
+    def begin_import(self, wait_s: float = 0.0) -> None:
         """Nothing to lock: documents are upserted by content key and ordered by ``seq``."""
 
     def mark(self) -> int:

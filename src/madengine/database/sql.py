@@ -313,10 +313,11 @@ class SqlStore:
 
     # --- what an import needs (madengine.database.importer) ---
 
-    def begin_import(self) -> None:
+    def begin_import(self, wait_s: float = MYSQL_LOCK_WAIT_S) -> None:
         """Be the table's only writer until the end of the transaction: rows with ids above
-        :meth:`mark` are then this import's own (SQLite: the write lock; MySQL: a named lock that
-        every madengine writer of the table takes)."""
+        :meth:`mark` are then this import's own (SQLite: the write lock, waited for as the URL's
+        ``timeout`` says; MySQL: a named lock that every madengine writer of the table takes, waited
+        for ``wait_s``)."""
         if self.dialect is SQLITE:
             # the unique key and identity indexes of a million rows take random inserts: keep their pages
             self.connection.execute(f"PRAGMA cache_size = -{SQLITE_IMPORT_CACHE_KB}")
@@ -324,9 +325,9 @@ class SqlStore:
                 self.connection.execute("BEGIN IMMEDIATE")
             return
         name = f"madengine:{self.url.database}.{self.table}"[:64]
-        got = self._execute("SELECT GET_LOCK(?, ?)", (name, MYSQL_LOCK_WAIT_S)).fetchone()[0]
+        got = self._execute("SELECT GET_LOCK(?, ?)", (name, wait_s)).fetchone()[0]
         if got != 1:
-            raise ServiceError(f"another import has been writing table '{self.table}' for {MYSQL_LOCK_WAIT_S} s",
+            raise ServiceError(f"another import has been writing table '{self.table}' for {wait_s:g} s",
                                path=self.url.shown, hint=_RETRY_HINT)
 
     def mark(self) -> int:
