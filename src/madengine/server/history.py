@@ -8,19 +8,22 @@ keeps, per series, its state and the reference at each of its latest runs:
 
 * :meth:`SeriesCache.refresh` reloads only the states whose newest covered row moved since (a run
   recording rows one at a time touches one series per row; a nightly import, all of them once);
-* :meth:`SeriesCache.prepare` makes the references of a series' latest runs ahead of the requests
-  (the dashboard's background pass calls it), so a comparison only applies the test.
+* :meth:`SeriesCache.prepare` makes the references of each series' latest ``PREPARED_RUNS`` runs (the
+  ones people compare) ahead of the requests (the dashboard's background pass calls it), so such a
+  comparison only applies the test; an older run's are made when asked.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from madengine.database.series import SeriesState, reference_values
 from madengine.stats.history import Reference, reference
 
 _CHUNK = 500
+PREPARED_RUNS = 20  #: a series' latest runs whose references are made ahead
 
 
 class SeriesCache:
@@ -58,10 +61,11 @@ class SeriesCache:
             with self._lock:
                 entry = self._states.get(key)
             if entry is not None:
-                made = {p.run: self._reference(entry[1], p.run) for p in entry[1].tail}
+                made = {p.run: self._reference(entry[1], p.run) for p in entry[1].tail[-PREPARED_RUNS:]}
                 with self._lock:
                     if self._states.get(key) is entry:
                         self._references[key] = made
+            time.sleep(0)  # a request waiting for the interpreter goes first
 
     @staticmethod
     def _reference(state: SeriesState, run: str) -> Reference | None:
@@ -79,7 +83,7 @@ class SeriesCache:
             if entry is None:
                 continue
             made = prepared.get(key)
-            ref = made.get(run) if made is not None else self._reference(entry[1], run)
+            ref = made[run] if made is not None and run in made else self._reference(entry[1], run)
             if ref is not None:
                 found[label] = ref
         return found

@@ -180,26 +180,43 @@ def _vs_baseline(verdict: Mapping[str, Any] | None, relative: Mapping[str, Any] 
 
 
 class Memo:
-    """Values computed for a data version, at most ``size`` of them (least recently used out first)."""
+    """Values computed for a data version, at most ``size`` of them (least recently used out first).
+    A value asked for by several threads at once is computed once: the others wait for it."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._values: collections.OrderedDict[tuple[Any, ...], tuple[int, Any]] = collections.OrderedDict()
+        self._values: collections.OrderedDict[tuple[Any, ...], tuple[Any, Any]] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._computing: dict[tuple[Any, ...], threading.Lock] = {}
 
-    def get(self, key: tuple[Any, ...], version: int, compute: Callable[[], T]) -> T:
+    def _hit(self, key: tuple[Any, ...], version: Any) -> tuple[bool, Any]:
         with self._lock:
             hit = self._values.get(key)
             if hit is not None and hit[0] == version:
                 self._values.move_to_end(key)
-                return hit[1]
-        value = compute()
+                return True, hit[1]
+            return False, None
+
+    def get(self, key: tuple[Any, ...], version: Any, compute: Callable[[], T]) -> T:
+        found, value = self._hit(key, version)
+        if found:
+            return value
+        with self._lock:
+            computing = self._computing.setdefault(key, threading.Lock())
+        with computing:
+            found, value = self._hit(key, version)  # another thread made it meanwhile
+            if found:
+                return value
+            value = compute()
+            self._store(key, version, value)
+        return value
+
+    def _store(self, key: tuple[Any, ...], version: Any, value: Any) -> None:
         with self._lock:
             self._values[key] = (version, value)
             self._values.move_to_end(key)
             while len(self._values) > self.size:
                 self._values.popitem(last=False)
-        return value
 
 
 class Dashboard:
