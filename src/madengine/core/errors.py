@@ -118,6 +118,14 @@ class EngineUnavailable(ExecutionError):
         self.detail = detail
 
 
+class EngineNotResponding(EngineUnavailable):
+    """The Docker engine takes calls but does not answer them in time (its process hangs)."""
+
+    def __init__(self, detail: str) -> None:
+        ExecutionError.__init__(self, f"docker engine not responding: {detail}")
+        self.detail = detail
+
+
 class BuildError(ExecutionError):
     """An image build failed."""
 

@@ -264,7 +264,7 @@ class ModelRunner:
                        artifacts_dir=artifacts_dir,
                        env=model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ),
                        steps=[step] if step else [], timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids,
-                       cpus=cpus, docker_file=target.docker_file,
+                       cpus=cpus, docker_file=target.docker_file, keep_alive=self.options.keep_alive,
                        image=facts.image.run_as if facts.image is not None else "")
         started = False
         try:

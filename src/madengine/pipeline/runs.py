@@ -18,6 +18,7 @@ from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
 from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
+from madengine.pipeline.clean import remove_leftovers
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
@@ -69,6 +70,10 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)
     summary.executor = executor.name
+    # what runs whose madengine process is gone left (a SIGKILL): removed now, and said
+    cleaned = remove_leftovers(getattr(executor, "client", None), reporter)
+    if cleaned.leftovers:
+        summary.details["leftovers"] = [leftover.to_json() for leftover in cleaned.leftovers]
     records = RecordFactory(Provenance.of(run_id=summary.run_id, executor=executor.name,
                                           command_line=host.command_line, environ=host.environ,
                                           context=_provenance_context(context), machine_name=machine_name(),
@@ -118,8 +123,9 @@ def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
     left = executor.close()
     if left:
         summary.details["containers_left"] = left
-        reporter.message("madengine: warning: the Docker engine did not come back in time to remove "
-                         f"{', '.join(left)}; remove with: docker rm -f {' '.join(left)}")
+        them = "it" if len(left) == 1 else "them"
+        reporter.message(f"madengine: warning: the Docker engine did not answer in time to remove {', '.join(left)}; "
+                         f"'madengine clean' removes {them} once it answers again (or: docker rm -f {' '.join(left)})")
 
 
 def _provenance_context(context: Context) -> dict:
