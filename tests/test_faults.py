@@ -419,11 +419,69 @@ def test_disk_filling_mid_run_never_tears_a_row_and_keeps_it_for_update_perf(tmp
     assert text.endswith("\n") and len(read_rows(perf)) == 1  # the first row, whole; nothing torn
     kept = sorted((repo / "madengine_runs").glob("*/unrecorded/*.json"))
     assert len(kept) == 1 and "update-perf --single-result" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]  # the summary says where each row is
+    assert "rows in" not in last and f"1 row in {perf}, 1 row NOT in it: kept in {kept[0].relative_to(repo)}" in last
     (tmpfs / "fill").unlink()
     added = run_process("report", "update-perf", "--single-result", str(kept[0]), "--perf-csv", str(perf), cwd=repo)
     assert added.returncode == 0, added.stderr
     assert [r["model"] for r in read_rows(perf)] == ["fault_fast", "fault_filler"]
     assert read_rows(perf)[1]["performance"] == "5"
+
+
+FAULTS = {  # what the second model's script does to perf.csv, and how the test undoes it
+    "immutable": ('chattr +i "$PERF_CSV"', ["chattr", "-i", "{perf}"]),
+    "read-only mount": ('mount --bind "$PERF_DIR" "$PERF_DIR" && mount -o remount,bind,ro "$PERF_DIR"',
+                        ["umount", "{dir}"]),
+    "replaced by a folder": ('mv "$PERF_CSV" "$PERF_CSV.moved" && mkdir "$PERF_CSV"',
+                             ["sh", "-c", 'rmdir "{perf}" && mv "{perf}.moved" "{perf}"']),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_perf_csv_that_fails_mid_run_loses_no_row(tmp_path, fault):
+    """perf.csv turns unwritable while models run (a real immutable file, a real read-only bind
+    mount, a folder in its place): the rows it does not take are kept in the run's
+    unrecorded/rows.json, the summary says which rows are where and the command that adds them, the
+    run exits 1, and that command adds them once perf.csv is writable again."""
+    require_service("chattr and mount (root)", os.geteuid() == 0, "run as root, as CI does")
+    out = tmp_path / "out"
+    out.mkdir()
+    perf = out / "perf.csv"
+    action, undo = FAULTS[fault]
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_fast", "scripts": "scripts/fast.sh"},
+                                         {"name": "fault_breaker", "scripts": "scripts/breaker.sh"},
+                                         {"name": "fault_after", "scripts": "scripts/fast.sh"}],
+                     {**SCRIPTS, "breaker.sh": f"{action} || exit 9\necho 'performance: 5 x'\n"})
+    context = {"docker_env_vars": {"PERF_CSV": str(perf), "PERF_DIR": str(out)}}
+    try:
+        done = run_process("run", "--tags", "faults", "--executor", "local", "-o", str(perf), "--no-html",
+                           "--additional-context", json.dumps(context), cwd=repo, timeout=120)
+    finally:
+        subprocess.run([part.format(perf=perf, dir=out) for part in undo], capture_output=True)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert [r["model"] for r in read_rows(perf)] == ["fault_fast"]
+    kept = sorted((repo / "madengine_runs").glob("*/unrecorded/rows.json"))
+    assert len(kept) == 1 and [r["model"] for r in json.loads(kept[0].read_text())] == ["fault_breaker", "fault_after"]
+    last = done.stderr.strip().splitlines()[-1]
+    command = f"madengine report update-perf --single-result {kept[0].relative_to(repo)} --perf-csv {perf}"
+    assert f"3 succeeded, 0 failed, 0 skipped; 1 row in {perf}, 2 rows NOT in it: kept in " in last, last
+    assert f"add them with '{command}'" in last, last
+    added = run_process(*command.split()[1:], cwd=repo)
+    assert added.returncode == 0, added.stderr
+    assert [(r["model"], r["status"]) for r in read_rows(perf)] == \
+        [("fault_fast", "SUCCESS"), ("fault_breaker", "SUCCESS"), ("fault_after", "SUCCESS")]
+
+
+def test_a_failure_before_the_model_starts_points_at_no_missing_log(tmp_path):
+    """A model that fails before any step ran (its script is missing) has no run.log: neither its
+    row nor the summary names one."""
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_noscript", "scripts": "scripts/missing.sh"}], SCRIPTS)
+    done = run_process("run", "--tags", "faults", "--executor", "local", "--no-html", cwd=repo, timeout=120)
+    assert done.returncode == 1 and "missing.sh not found" in done.stderr, done.stderr
+    assert "run.log" not in done.stderr
+    row = rows(repo)["fault_noscript"]
+    assert all(Path(repo, path).exists() for path in row["artifacts"].split(",") if path), row["artifacts"]
 
 
 # -- docker_mounts ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ class ExitStatus(enum.IntEnum):
     """Process exit statuses of every ``madengine`` command (documented in ``--help``)."""
 
     OK = 0  #: everything selected ran (or was skipped on purpose) and succeeded
-    FAILED = 1  #: at least one model, build, task or check failed; results were recorded
+    FAILED = 1  #: at least one model, build, task or check failed, or a row is kept outside perf.csv
     BAD_INPUT = 2  #: bad usage or input: flags, files, JSON, tags, context, credentials, services
     INTERNAL = 3  #: a bug in madengine (unexpected exception); run with --debug for the traceback
     HANGUP = 129  #: stopped by SIGHUP; as INTERRUPTED

@@ -170,6 +170,10 @@ class ModelRunner:
         return stop.reason
 
     def failure(self, model: Model, reason: str, **values: Any) -> PerfRecord:
+        """A FAILURE row; its artifacts are the files that exist (a run that failed before its
+        model started has no run.log to point at)."""
+        if values.get("artifacts"):
+            values["artifacts"] = [path for path in values["artifacts"] if os.path.exists(path)]
         return self.records.failure(model, reason, **values)
 
     # -- per model ---------------------------------------------------------------------------

@@ -6,13 +6,14 @@ never loses earlier rows.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from madengine.catalog import model_root
 from madengine.context import Context, build_context
-from madengine.core.errors import InputError
+from madengine.core.errors import InputError, MadEngineError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
@@ -151,25 +152,31 @@ def _sequential(runner: ModelRunner, selection: Selection) -> Iterator[PerfRecor
 
 
 def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter, recorder: LiveRecorder | None = None) -> None:
-    """Append the row to perf.csv now; if it cannot be written (a full disk), keep it as JSON in
-    the run folder and say how to add it later, and the run fails. Then (``--db-url``) into the
-    results database; a database that is down is one warning, never the run's result."""
+    """Append the row to perf.csv now; if it cannot be written there (a full disk, a read-only or
+    immutable file, a folder in its place), keep it as JSON in the run folder and say where and how
+    to add it later, and the run fails. Then (``--db-url``) into the results database; a database
+    that is down is one warning, never the run's result."""
     summary.records.append(record)
     try:
         append_records(summary.perf_csv, [record])
-    except OSError as exc:
-        kept = keep_unrecorded(summary.run_dir, record)
-        summary.unrecorded.append(str(kept) if kept else record.model)
-        reporter.message(f"madengine: error: the row of {record.model} could not be written to {summary.perf_csv} "
-                         f"({exc.strerror or exc}); "
-                         + (f"kept in {kept}: add it later with 'madengine report update-perf --single-result "
-                            f"{kept} --perf-csv {summary.perf_csv}'" if kept else "it could not be kept anywhere")
-                         )
+    except (OSError, MadEngineError) as exc:
+        why = exc.message if isinstance(exc, MadEngineError) else exc.strerror or str(exc)
+        _keep(summary, record, reporter, why)
         return
     if recorder is not None:
         warning = recorder.record(record.to_row(), str(summary.perf_csv))
         if warning:
             reporter.message(warning)
+
+
+def _keep(summary: RunSummary, record: PerfRecord, reporter: Reporter, why: str) -> None:
+    """A row perf.csv did not take: in ``unrecorded/``, or (nowhere to keep it) on stderr whole."""
+    kept = keep_unrecorded(summary.run_dir, record)
+    summary.unrecorded.append(str(kept) if kept else "")
+    where = f"kept in {kept}" if kept else \
+        f"it could not be kept anywhere; the row: {json.dumps(record.to_row(), separators=(',', ':'))}"
+    reporter.message(f"madengine: error: the row of {record.model} could not be written to {summary.perf_csv} "
+                     f"({why}); {where}")
 
 
 def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection: Selection) -> RunSummary:
