@@ -3,5 +3,5 @@
 # the local base image the bundled example models build FROM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[all]'
+bash scripts/install.sh all
 bash scripts/docker-up.sh

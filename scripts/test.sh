@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs everything the tests need on a fresh machine (madengine with its
-# extras, a Docker engine with a local base image, and the services under scripts/ci.d/),
-# then runs the whole test suite. Extra arguments go to pytest.
+# extras at the versions locked in requirements/, a Docker engine with a local base image, and
+# the services under scripts/ci.d/), then runs the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[all,test]'
+bash scripts/install.sh all,test
 bash scripts/docker-up.sh
 for hook in scripts/ci.d/*.sh; do
   [ -e "$hook" ] || continue

@@ -69,12 +69,12 @@ class LiveServer:
         import uvicorn
 
         from madengine.server.app import create_app
-        from madengine.server.serve import address_of, bind
+        from madengine.server.serve import address_of, bind, uvicorn_config
 
         sock = bind(config.host, 0)
         self.base = address_of(sock).rstrip("/")
-        self.server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", access_log=False,
-                                                    lifespan="on", timeout_graceful_shutdown=1))
+        self.port = sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn_config(create_app(config)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20

@@ -43,6 +43,7 @@ from madengine.execution.build import last_line
 from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
 from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError, EngineTimeout, Stream
 from madengine.execution.executor import ImageInfo, ImageSource, Target
+from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 #: how long a run that lost the engine waits for it to answer again, to remove its containers
@@ -75,9 +76,10 @@ def connect(environ: Mapping[str, str], *, timeout: float = 10.0,
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, client: Engine | None, images: ImageSource) -> None:
+    def __init__(self, client: Engine | None, images: ImageSource, probes: ProbeCache | None = None) -> None:
         self.client = client
         self.images = images
+        self.probes = probes or ProbeCache(None)
         self._containers: dict[str, _Container] = {}
         self._removals: list[threading.Thread] = []
         self._unremoved: list[_Container] = []
@@ -93,6 +95,10 @@ class DockerExecutor:
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
+
+    def probe(self, spec: RunSpec) -> Probe:
+        with self._calls():
+            return probe_docker(self._engine(), spec, self._create_args(spec), self.probes, _labels(spec.run_id))
 
     # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:
@@ -121,7 +127,8 @@ class DockerExecutor:
         config: dict[str, Any] = {
             "Image": spec.image, "Cmd": ["sleep", "infinity"], "WorkingDir": CONTAINER_WORKSPACE,
             "Env": [f"{key}={value}" for key, value in environment.items()],
-            "User": f"{os.getuid()}:{os.getgid()}", "Labels": _labels(spec), "HostConfig": host_config,
+            "User": f"{os.getuid()}:{os.getgid()}", "Labels": _labels(spec.run_id, owned=not spec.keep_alive),
+            "HostConfig": host_config,
         }
         vendor = spec.env.get("MAD_GPU_VENDOR")
         gpus = extra.pop("gpus", None)
@@ -403,11 +410,12 @@ def _watched(spec: RunSpec) -> bool:
     return not spec.one_shot and not spec.keep_alive
 
 
-def _labels(spec: RunSpec) -> dict[str, str]:
-    """The run id, and (unless kept on purpose) the owner, by which a later run removes it."""
-    labels = {RUN_LABEL: spec.run_id}
+def _labels(run_id: str, owned: bool = True) -> dict[str, str]:
+    """A container's labels: the run id, and (unless kept on purpose) the owner, by which a later
+    run removes it once the owner is gone."""
+    labels = {RUN_LABEL: run_id}
     owner = this_process()
-    if owner is not None and not spec.keep_alive:
+    if owner is not None and owned:
         labels[OWNER_LABEL] = str(owner)
     return labels
 

@@ -61,5 +61,6 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
                 continue
             manifest.images.append(entry)
             reporter.message(f"madengine: {model.name}: built {entry.image} ({entry.image_id[:19]})")
+    images.close()
     write_manifest(manifest, Path(request.manifest_file))
     return manifest

@@ -127,6 +127,15 @@ def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
         them = "it" if len(left) == 1 else "them"
         reporter.message(f"madengine: warning: the Docker engine did not answer in time to remove {', '.join(left)}; "
                          f"'madengine clean' removes {them} once it answers again (or: docker rm -f {' '.join(left)})")
+    release_images(executor)
+
+
+def release_images(executor: Any) -> None:
+    """Once the run's containers are gone, the images rebuilds replaced while a container held
+    them are removed (an image source that builds has a ``close``; manifest images have none)."""
+    close = getattr(getattr(executor, "images", None), "close", None)
+    if close is not None:
+        close()
 
 
 def _provenance_context(context: Context) -> dict:

@@ -7,9 +7,8 @@ an open page current: it listens to ``/api/events`` (server-sent events, one per
 and swaps the page's ``#live`` part for a fresh copy. Content-Security-Policy allows only the
 dashboard's own script and styles; nothing is loaded from elsewhere, so the pages work offline.
 
-Access: with a token, every request needs it (``Authorization: Bearer TOKEN``, or ``?token=TOKEN``
-once, which sets a cookie and redirects to the same URL without it); otherwise 401. Bound to a
-loopback address, requests must name a loopback host (no DNS rebinding).
+Access (the request's size, its Host header, the token and sessions) is :mod:`madengine.server.access`,
+which wraps the application.
 """
 
 from __future__ import annotations
@@ -18,13 +17,11 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import hmac
 import json
 import math
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import jinja2
 from starlette.applications import Starlette
@@ -32,31 +29,22 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from madengine.core.errors import InputError, MadEngineError
 from madengine.database.dashboard import Reader
 from madengine.reports.metrics import format_change, format_number, format_ratio
 from madengine.reports.render import format_figure
 from madengine.server import files
+from madengine.server.access import Guard
 from madengine.server.charts import trend_chart
 from madengine.server.config import ServerConfig
 from madengine.server.filters import Filters, parse
 from madengine.server.views import Dashboard
 
 STATIC = Path(__file__).parent / "static"
-COOKIE = "madengine_dashboard"
 FRAGMENT_HEADER = "x-dashboard-fragment"
 POLL_S = 0.5  #: how often the events stream looks for new rows
 HEARTBEAT_S = 15.0
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-SECURITY_HEADERS = {
-    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-}
 NAV = (("overview", "/", "Overview"), ("trend", "/trend", "Trends"), ("runs", "/runs", "Runs"),
        ("compare", "/compare", "Compare"), ("changes", "/changes", "Changes"))
 
@@ -76,82 +64,6 @@ def _plain(value: Any) -> Any:
         if isinstance(value, kind):
             return kind(value)
     raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-# --- access ------------------------------------------------------------------------------------
-
-def cookie_value(token: str) -> str:
-    """What the cookie holds: derived from the token, so the cookie is not the token itself."""
-    return hashlib.sha256(f"madengine-dashboard:{token}".encode("utf-8")).hexdigest()
-
-
-class Guard:
-    """ASGI middleware: the access token, the loopback host check, and the security headers."""
-
-    def __init__(self, app: ASGIApp, token: str, loopback: bool) -> None:
-        self.app = app
-        self.token = token
-        self.loopback = loopback
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        if self.loopback and not _loopback_host(request.headers.get("host", "")):
-            await self._send(PlainTextResponse("421: this dashboard answers to 127.0.0.1 or localhost only\n",
-                                               status_code=421), scope, receive, send)
-            return
-        if self.token:
-            given = request.query_params.get("token")
-            if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
-                await self._send(self._remember(request), scope, receive, send)
-                return
-            if not self._allowed(request):
-                await self._send(_unauthorized(request), scope, receive, send)
-                return
-
-        async def secured(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                names = {k.lower() for k, _ in headers}
-                headers += [(k.encode(), v.encode()) for k, v in SECURITY_HEADERS.items() if k.encode() not in names]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, secured)
-
-    async def _send(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
-        for name, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        await response(scope, receive, send)
-
-    def _allowed(self, request: Request) -> bool:
-        bearer = request.headers.get("authorization", "")
-        if bearer.lower().startswith("bearer ") and hmac.compare_digest(bearer[7:].strip().encode(), self.token.encode()):
-            return True
-        cookie = request.cookies.get(COOKIE, "")
-        return bool(cookie) and hmac.compare_digest(cookie.encode(), cookie_value(self.token).encode())
-
-    def _remember(self, request: Request) -> Response:
-        """``?token=`` once: a cookie, and the same URL without the token (out of history and logs)."""
-        query = urlencode([(k, v) for k, v in parse_qsl(request.url.query, keep_blank_values=True) if k != "token"])
-        response = Response(status_code=303, headers={"location": request.url.path + (f"?{query}" if query else "")})
-        response.set_cookie(COOKIE, cookie_value(self.token), httponly=True, samesite="strict", path="/")
-        return response
-
-
-def _loopback_host(header: str) -> bool:
-    host = urlsplit(f"//{header}").hostname or ""
-    return host in LOOPBACK_NAMES
-
-
-def _unauthorized(request: Request) -> Response:
-    text = ("401: this dashboard needs its access token: open it once as ?token=TOKEN, "
-            "or send 'Authorization: Bearer TOKEN'")
-    if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": text}, status_code=401, headers={"www-authenticate": "Bearer"})
-    return PlainTextResponse(text + "\n", status_code=401, headers={"www-authenticate": "Bearer"})
 
 
 # --- templates ---------------------------------------------------------------------------------
@@ -339,4 +251,4 @@ def create_app(config: ServerConfig) -> Starlette:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.dashboard = dashboard
-    return Guard(app, config.token, config.loopback)  # type: ignore[return-value]
+    return Guard(app, config)  # type: ignore[return-value]

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import re
 from typing import Any, Mapping
@@ -23,8 +24,8 @@ PER_PAGE = 100
 MAX_PER_PAGE = 500
 MAX_THRESHOLD = 1000.0  # percent
 DEFAULT_THRESHOLD = 3.0  # percent, as `report compare`
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2})?$")
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_DATETIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?$")
 KINDS = ("regression", "improvement", "change")
 VERDICTS = ("slower", "faster", "inconclusive", "new", "missing", "unchanged")
 
@@ -100,6 +101,7 @@ def normalize_time(text: str, name: str, *, end: bool = False) -> str:
     text = text.strip()
     if not text:
         return ""
+    given = text
     if _DATE.match(text):
         text += "T23:59:59" if end else "T00:00:00"
     elif _DATETIME.match(text):
@@ -108,10 +110,10 @@ def normalize_time(text: str, name: str, *, end: bool = False) -> str:
             text += ":59" if end else ":00"
     else:
         raise InputError(f"expected YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS], got {text[:40]!r}", path=name)
-    month, day = int(text[5:7]), int(text[8:10])
-    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 60):
-        raise InputError(f"not a date and time: {text!r}", path=name)
+    try:
+        datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")  # a real day: no February 30th, no hour 24
+    except ValueError:
+        raise InputError(f"no such date and time: {given!r}", path=name) from None
     return text
 
 
@@ -130,7 +132,7 @@ def _identity(params: Mapping[str, str]) -> str:
         raise InputError("too long", path="identity")
     try:
         values = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the parser goes
         values = None
     if not isinstance(values, list) or len(values) != len(IDENTITY_FIELDS) or not all(isinstance(v, str) for v in values):
         raise InputError(f"must be an identity_key: a JSON array of the {len(IDENTITY_FIELDS)} identity fields "

@@ -258,11 +258,14 @@ class Dashboard:
         version = self.version()
         if not version.exists:
             return self._empty(version, items=[])
-        items = [i for i in self._items(version) if self._item_matches(i, picking_identities(filters))]
+        every = self._items(version)
+        if not every:  # a table without rows: say how to fill it (a filter that picks nothing is no empty database)
+            return self._empty(version, items=[])
+        items = [i for i in every if self._item_matches(i, picking_identities(filters))]
         summary = self._changes_summary(items, filters.page * filters.per_page, filters.kind)
         page, paging = _page(summary["items"], filters)
         paging["total"] = len(summary["items"]) + summary["more"]
-        return {"database": self.database(version), "empty": not items,
+        return {"database": self.database(version), "empty": False,
                 **{k: v for k, v in summary.items() if k not in ("items", "more")}, **paging, "items": page}
 
     def series(self, entry: IdentityEntry, filters: Filters, version: Version) -> dict[str, Any]:
@@ -314,12 +317,12 @@ class Dashboard:
     def runs(self, filters: Filters) -> dict[str, Any]:
         """Every run, newest first, with its counts."""
         version = self.version()
-        if not version.exists:
+        if not version.exists or not self._items(version):  # no table, or a table without rows: how to fill it
             return self._empty(version, items=[])
         runs = [r for r in reversed(self._runs(version)) if self._run_matches(r, filters)]
         page, paging = _page(runs, filters)
         machines = sorted({r.machine_name for r in self._runs(version) if r.machine_name})
-        return {"database": self.database(version), "empty": not self._items(version),
+        return {"database": self.database(version), "empty": False,
                 **paging, "items": [r.to_json() for r in page], "facets": {"machine": machines}}
 
     @staticmethod

@@ -21,6 +21,15 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _allowed_host(text: str) -> str:
+    from madengine.server.config import normalize_host
+
+    try:
+        return normalize_host(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``serve`` subcommand to ``madengine report``'s subparsers."""
     parser = subparsers.add_parser(
@@ -37,7 +46,15 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
                         help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every network)")
     parser.add_argument("--port", type=_port, default=8050, help="port (default 8050; 0: any free port)")
     parser.add_argument("--token", default=None,
-                        help=f"access token every request must carry (default: {TOKEN_VARIABLE}); without it: 401")
+                        help=f"access token every request must carry (default: {TOKEN_VARIABLE}); without it: 401. "
+                             "Needed for any --host other machines can reach, unless --no-auth")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="serve an address other machines can reach without a token: anyone on the network can "
+                             "read the results")
+    parser.add_argument("--allowed-host", action="append", default=[], type=_allowed_host, metavar="NAME",
+                        help="a host name (or address) requests may use besides localhost, the --host address and, "
+                             "when it is not loopback, this machine's name; repeatable (a proxy's name, say). Any "
+                             "other Host header is 421 (no DNS rebinding)")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="the runs folder whose logs, artifacts and trace.json the pages link to; no other file "
                              "is ever served (default: madengine_runs)")
@@ -63,10 +80,13 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     token = args.token if args.token is not None else (env.environ.get(TOKEN_VARIABLE) or "")
     token = token.strip()
     register_secret(token)
+    if args.no_auth and token:
+        raise InputError(f"a token is set ({'--token' if args.token is not None else TOKEN_VARIABLE})",
+                         path="--no-auth", hint="drop one of them")
     from madengine.server.config import ServerConfig
     from madengine.server.serve import serve
 
     config = ServerConfig(url=url, table=table, runs_dir=Path(args.runs_dir), host=args.host, port=args.port,
-                          token=token)
+                          token=token, no_auth=args.no_auth, allowed_hosts=tuple(args.allowed_host))
     serve(config, CliReporter(env))
     return ExitStatus.OK
