@@ -152,6 +152,24 @@ def test_engine_gone_mid_run_fails_in_flight_and_remaining_models_and_cleans_up_
     assert not containers_of(fault_docker, run_id)
 
 
+#: the tests whose containers must stay until they have looked at them use models of this session's
+#: own names: another test session's clean-up (of every 'ci-fault' container) never matches them
+OWN = f"own{uuid.uuid4().hex[:6]}"
+SLEEPER, AFTER, FAST = f"{OWN}_sleeper", f"{OWN}_after", f"{OWN}_fast"
+
+
+def own_models(root: Path) -> Path:
+    return make_repo(root, [{"name": SLEEPER, "scripts": "scripts/sleeper.sh"},
+                            {"name": AFTER, "scripts": "scripts/fast.sh"},
+                            {"name": FAST, "scripts": "scripts/fast.sh"}], SCRIPTS)
+
+
+@pytest.fixture
+def own_docker(docker_client, docker_cleanup):
+    docker_cleanup.append(f"ci-{OWN}")
+    return docker_client
+
+
 def _wait_for_row(path: Path, model: str, timeout: float) -> float:
     """Seconds until ``model``'s row is in the CSV at ``path`` (fails after ``timeout``)."""
     started = time.monotonic()
@@ -167,48 +185,48 @@ def _wait_for_row(path: Path, model: str, timeout: float) -> float:
     ("exec", 10, 10 + 30, "the model's 10 s timeout passed and the engine did not end its container"),
     ("one-shot", 0, 15 + 30 + 10, "no answer to GET /_ping within 30 s"),  # no timeout: the heartbeat
 ])
-def test_frozen_engine_fails_the_model_within_its_timeout_and_a_bounded_grace(tmp_path, fault_docker, mode,
+def test_frozen_engine_fails_the_model_within_its_timeout_and_a_bounded_grace(tmp_path, own_docker, mode,
                                                                                timeout, within, reason):
     """The engine's process hangs (a proxy in front of the real engine is SIGSTOPped: its socket
     takes connections and requests but never answers) while the model runs: the model is a FAILURE
     "docker engine not responding" within --timeout + 30 s (with no timeout: a heartbeat ping every
     15 s that must be answered in 30 s), the clean-up is bounded and names the container it could
     not remove, and 'madengine clean' removes it once the engine answers."""
-    repo = three_models(tmp_path / "repo")
-    assert run_process("build", "--tags", "fault_sleeper", cwd=repo).returncode == 0  # no build through the proxy
+    repo = own_models(tmp_path / "repo")
+    assert run_process("build", "--tags", SLEEPER, cwd=repo).returncode == 0  # no build through the proxy
     proxy = ProxyProcess("/var/run/docker.sock", tmp_path / "engine.sock")
     try:
-        run = Run(repo, "--tags", "fault_sleeper", "fault_after", "--executor", "docker", "--timeout", str(timeout),
+        run = Run(repo, "--tags", SLEEPER, AFTER, "--executor", "docker", "--timeout", str(timeout),
                   *(["--repeat", "2"] if mode == "exec" else []),
                   env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
         run.wait_for("] started")
         proxy.freeze()
         frozen = time.monotonic()
-        assert _wait_for_row(repo / "perf.csv", "fault_sleeper", within + 5) <= within, "".join(run.lines)
+        assert _wait_for_row(repo / "perf.csv", SLEEPER, within + 5) <= within, "".join(run.lines)
         assert run.finish(timeout=60) == 1, "".join(run.lines)
         assert time.monotonic() - frozen <= within + 30, "".join(run.lines)  # the clean-up is bounded too
     finally:
         proxy.stop()
     got = rows(repo)
-    assert got["fault_sleeper"]["reason"] == f"docker engine not responding: {reason}" or \
-        got["fault_sleeper"]["reason"].startswith(f"docker engine not responding: {reason}"), got
-    assert got["fault_after"]["reason"].startswith("docker engine not responding") and "not run" in \
-        got["fault_after"]["reason"]
+    assert got[SLEEPER]["reason"] == f"docker engine not responding: {reason}" or \
+        got[SLEEPER]["reason"].startswith(f"docker engine not responding: {reason}"), got
+    assert got[AFTER]["reason"].startswith("docker engine not responding") and "not run" in \
+        got[AFTER]["reason"]
     left = [line for line in run.lines if "did not answer in time to remove" in line]
-    assert len(left) == 1 and "container_ci-fault_sleeper" in left[0] and "madengine clean" in left[0], run.lines
+    assert len(left) == 1 and f"container_ci-{SLEEPER}" in left[0] and "madengine clean" in left[0], run.lines
     cleaned = run_process("clean", cwd=repo)
-    assert cleaned.returncode == 0 and "removed container container_ci-fault_sleeper" in cleaned.stderr, cleaned.stderr
-    assert not containers_of(fault_docker, run.run_id)
+    assert cleaned.returncode == 0 and f"removed container container_ci-{SLEEPER}" in cleaned.stderr, cleaned.stderr
+    assert not containers_of(own_docker, run.run_id)
 
 
-def test_sigterm_with_a_frozen_engine_ends_the_run_within_a_bounded_clean_up(tmp_path, fault_docker):
+def test_sigterm_with_a_frozen_engine_ends_the_run_within_a_bounded_clean_up(tmp_path, own_docker):
     """A CI cancel (SIGTERM) while the engine hangs: the kill gets 10 s, the clean-up 20 s more, and
     the run ends 143 with its row; it never waits out each call's own timeout."""
-    repo = three_models(tmp_path / "repo")
-    assert run_process("build", "--tags", "fault_sleeper", cwd=repo).returncode == 0
+    repo = own_models(tmp_path / "repo")
+    assert run_process("build", "--tags", SLEEPER, cwd=repo).returncode == 0
     proxy = ProxyProcess("/var/run/docker.sock", tmp_path / "engine.sock")
     try:
-        run = Run(repo, "--tags", "fault_sleeper", "--executor", "docker", "--timeout", "0",
+        run = Run(repo, "--tags", SLEEPER, "--executor", "docker", "--timeout", "0",
                   env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
         run.wait_for("] started")
         proxy.freeze()
@@ -218,10 +236,10 @@ def test_sigterm_with_a_frozen_engine_ends_the_run_within_a_bounded_clean_up(tmp
         assert time.monotonic() - stopped <= 10 + 20 + 15, "".join(run.lines)
     finally:
         proxy.stop()
-    assert rows(repo)["fault_sleeper"]["reason"].startswith("interrupted by SIGTERM")
-    assert any("did not answer in time to remove container_ci-fault_sleeper" in line for line in run.lines)
+    assert rows(repo)[SLEEPER]["reason"].startswith("interrupted by SIGTERM")
+    assert any(f"did not answer in time to remove container_ci-{SLEEPER}" in line for line in run.lines)
     assert run_process("clean", cwd=repo).returncode == 0
-    assert not containers_of(fault_docker, run.run_id)
+    assert not containers_of(own_docker, run.run_id)
 
 
 # -- SIGKILL of madengine: nothing outlives its run --------------------------------------------------
@@ -232,39 +250,39 @@ def _state(client, name: str) -> str:
 
 
 @pytest.mark.parametrize("mode", ["exec", "one-shot"])
-def test_sigkill_of_madengine_leaves_no_container_running(tmp_path, fault_docker, mode):
+def test_sigkill_of_madengine_leaves_no_container_running(tmp_path, own_docker, mode):
     """A real SIGKILL of a real `madengine run` while its model runs. A container whose steps are
     execs ends at once by itself (its main process reads the input madengine held open); a
     one-shot container (the model is its main process) is killed by the next run. The next run
     removes both and says so."""
-    repo = three_models(tmp_path / "repo")
-    run = Run(repo, "--tags", "fault_sleeper", "--executor", "docker", "--timeout", "0",
+    repo = own_models(tmp_path / "repo")
+    run = Run(repo, "--tags", SLEEPER, "--executor", "docker", "--timeout", "0",
               *(["--repeat", "2"] if mode == "exec" else []))
     run.wait_for("] started")
-    name = next(c.name for c in containers_of(fault_docker, run.run_id))
-    labels = fault_docker.containers.get(name).labels
+    name = next(c.name for c in containers_of(own_docker, run.run_id))
+    labels = own_docker.containers.get(name).labels
     assert Owner.parse(labels[OWNER_LABEL]).pid == run.proc.pid and labels["madengine.run"] == run.run_id
     run.proc.kill()
     assert run.finish() == -signal.SIGKILL
     if mode == "exec":
         deadline = time.monotonic() + 20
-        while _state(fault_docker, name) == "running" and time.monotonic() < deadline:
+        while _state(own_docker, name) == "running" and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _state(fault_docker, name) == "exited"
+        assert _state(own_docker, name) == "exited"
     else:
-        assert _state(fault_docker, name) == "running"  # until the next run
-    after = run_process("run", "--tags", "fault_fast", "--executor", "docker", "--no-html", cwd=repo, timeout=300)
+        assert _state(own_docker, name) == "running"  # until the next run
+    after = run_process("run", "--tags", FAST, "--executor", "docker", "--no-html", cwd=repo, timeout=300)
     assert after.returncode == 0, after.stderr
     assert f"removed container {name} of run {run.run_id} (its madengine process {run.proc.pid} is gone)" \
         in after.stderr, after.stderr
-    assert _state(fault_docker, name) == "gone"
+    assert _state(own_docker, name) == "gone"
 
 
 def test_sigkill_of_a_local_run_leaves_processes_that_clean_stops(tmp_path):
     """A real SIGKILL of `madengine run --executor local`: the step's processes (their own session)
     survive it, carrying their run id and owner; `madengine clean` stops them and says so."""
-    repo = three_models(tmp_path / "repo")
-    run = Run(repo, "--tags", "fault_sleeper", "--executor", "local", "--timeout", "0")
+    repo = own_models(tmp_path / "repo")
+    run = Run(repo, "--tags", SLEEPER, "--executor", "local", "--timeout", "0")
     run.wait_for("started")
     run.proc.kill()
     assert run.finish() == -signal.SIGKILL
@@ -287,7 +305,7 @@ def test_an_owner_label_of_any_text_is_read_whole_or_ignored(text):
     assert not gone(None, this_process())
 
 
-def test_clean_removes_only_containers_whose_owner_is_gone_on_this_host(tmp_path, fault_docker):
+def test_clean_removes_only_containers_whose_owner_is_gone_on_this_host(tmp_path, own_docker):
     """Containers of a gone owner go; those of a live owner, of another host (another boot), of a
     pid reused by another process, and those without an owner label, stay."""
     ended = subprocess.Popen(["sleep", "0.3"])
@@ -301,14 +319,14 @@ def test_clean_removes_only_containers_whose_owner_is_gone_on_this_host(tmp_path
     owners = {"gone": str(ended_owner), "reused": str(reused), "alive": str(me), "other-host": str(other_host),
               "unlabelled": None}
     for what, owner in owners.items():
-        fault_docker.containers.create(BASE_IMAGE, ["sleep", "infinity"], name=f"container_{PREFIX}-{what}-{tag}",
+        own_docker.containers.create(BASE_IMAGE, ["sleep", "infinity"], name=f"container_ci-{OWN}-{what}-{tag}",
                                        labels={"madengine.run": f"test-{tag}", **({OWNER_LABEL: owner} if owner else {})})
     cleaned = run_process("clean", cwd=tmp_path)
     assert cleaned.returncode == 0, cleaned.stderr
-    left = {c.name for c in fault_docker.containers.list(all=True, filters={"label": f"madengine.run=test-{tag}"})}
-    assert left == {f"container_{PREFIX}-{what}-{tag}" for what in ("alive", "other-host", "unlabelled")}
+    left = {c.name for c in own_docker.containers.list(all=True, filters={"label": f"madengine.run=test-{tag}"})}
+    assert left == {f"container_ci-{OWN}-{what}-{tag}" for what in ("alive", "other-host", "unlabelled")}
     for what in ("gone", "reused"):
-        assert f"removed container container_{PREFIX}-{what}-{tag} of run test-{tag}" in cleaned.stderr
+        assert f"removed container container_ci-{OWN}-{what}-{tag} of run test-{tag}" in cleaned.stderr
     assert "container(s) removed" in cleaned.stderr.strip().splitlines()[-1]  # with any other ended run's
 
 
