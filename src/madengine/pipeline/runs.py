@@ -19,6 +19,7 @@ from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
 from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
+from madengine.execution.plan import check_ports
 from madengine.pipeline.clean import remove_leftovers
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
@@ -67,10 +68,17 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
         context = build_context(context_file=options.context_file, context_string=options.context_string)
+    for warning in context.warnings():
+        reporter.message(f"madengine: warning: {warning}")
     check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)
     summary.executor = executor.name
+    try:
+        check_ports(selection.models, context, executor.name, host.environ)
+    except InputError:
+        _close(executor, summary, reporter)
+        raise
     # what runs whose madengine process is gone left (a SIGKILL): removed now, and said
     cleaned = remove_leftovers(getattr(executor, "client", None), reporter)
     if cleaned.leftovers:
