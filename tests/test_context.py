@@ -8,7 +8,7 @@ import pytest
 
 from madengine.context import build_context, deep_merge, parse_context_string, select_dockerfiles
 from madengine.context.dockerfiles import matches, read_context_header
-from madengine.core.errors import ConfigError, ContextError, ExecutionError
+from madengine.core.errors import ConfigError, ContextError, ExecutionError, InputError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "repo"
 
@@ -144,12 +144,18 @@ def test_every_key_the_original_madengine_accepted_stays_accepted():
 
 
 def test_blocks_owned_elsewhere_are_known_and_checked_only_as_dicts():
-    ctx = build_context(context_string="{'distributed': {'anything': [1]}, 'k8s': {'x': {}}, 'slurm': {}}",
-                        detect=False)
-    assert ctx.get("distributed") == {"anything": [1]}
+    ctx = build_context(context_string="{'k8s': {'x': {}}, 'slurm': {}}", detect=False)
+    assert ctx.get("k8s") == {"x": {}}
     from madengine.context.keys import KEYS
 
     assert {"distributed", "k8s", "kubernetes", "slurm"} <= set(KEYS)
+
+
+def test_the_distributed_block_is_checked_by_its_owner_where_the_context_is_read():
+    ctx = build_context(context_string="{'distributed': {'launcher': 'Megatron', 'port': 29600}}", detect=False)
+    assert ctx.distributed == {"launcher": "megatron-lm", "master_port": 29600} and ctx.warnings() == []
+    with pytest.raises(InputError, match="distributed.anything: unknown key"):
+        build_context(context_string="{'distributed': {'anything': [1]}}", detect=False)
 
 
 def test_extra_values_pass_through_are_recorded_and_reach_dockerfile_headers():

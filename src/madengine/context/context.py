@@ -20,6 +20,7 @@ from madengine.context.keys import KEYS, PASS_THROUGH, unknown_key_hint, without
 from madengine.core.errors import ContextError
 from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
 from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
+from madengine.launch.spec import check_block
 
 DEFAULT_GUEST_OS = "UBUNTU"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -125,6 +126,8 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
     if "docker_gpus" in values:
         parse_gpu_list(values["docker_gpus"], source)
         values["docker_gpus"] = str(values["docker_gpus"]).strip()
+    if "distributed" in values:  # the one place a context's launcher block is read (docs/distributed.md)
+        values["distributed"] = check_block(values["distributed"], source=source)
     return values
 
 
@@ -251,6 +254,11 @@ class Context:
     @property
     def docker_mounts(self) -> dict[str, str]:
         return self.values["docker_mounts"]
+
+    @property
+    def distributed(self) -> dict[str, Any]:
+        """The context's ``distributed`` block, checked (empty when none)."""
+        return self.values.get("distributed") or {}
 
     def summary(self) -> dict[str, Any]:
         """The values that describe where a result was measured, and the user's free-form ``extra``

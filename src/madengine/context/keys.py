@@ -64,7 +64,7 @@ KEYS: dict[str, ContextKey] = _table(
     ContextKey(PASS_THROUGH, dict, "free-form values, passed through unchecked and recorded"),
     # -- blocks whose insides their owners check ---------------------------------------------------------
     ContextKey("slurm", dict, "Slurm executor settings (docs/distributed.md)"),
-    ContextKey("distributed", dict, "launcher settings: not read yet", effect=False),
+    ContextKey("distributed", dict, "launcher settings (docs/distributed.md): checked by madengine.launch"),
     ContextKey("k8s", dict, "Kubernetes settings: not read yet", effect=False),
     ContextKey("kubernetes", dict, "Kubernetes settings (alias of k8s): not read yet", effect=False),
     # -- the original madengine's keys that change nothing here ------------------------------------------

@@ -15,7 +15,7 @@ class ExitStatus(enum.IntEnum):
     """Process exit statuses of every ``madengine`` command (documented in ``--help``)."""
 
     OK = 0  #: everything selected ran (or was skipped on purpose) and succeeded
-    FAILED = 1  #: at least one model, build, task or check failed; results were recorded
+    FAILED = 1  #: at least one model, build, task or check failed, or a row is kept outside perf.csv
     BAD_INPUT = 2  #: bad usage or input: flags, files, JSON, tags, context, credentials, services
     INTERNAL = 3  #: a bug in madengine (unexpected exception); run with --debug for the traceback
     HANGUP = 129  #: stopped by SIGHUP; as INTERRUPTED
@@ -106,6 +106,11 @@ class ConfigError(InputError):
     """A configuration file (data.json, tools.json, credential.json, manifest) is malformed."""
 
 
+class LaunchError(InputError):
+    """A ``distributed`` block (models.json or context) is malformed, or asks for what the host or
+    executor cannot give: an unknown launcher, too few nodes, more ranks than devices, a taken port."""
+
+
 class CredentialError(InputError):
     """Credentials are missing, malformed or refused."""
 
@@ -125,6 +130,14 @@ class EngineUnavailable(ExecutionError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"docker engine unavailable: {detail}")
+        self.detail = detail
+
+
+class EngineNotResponding(EngineUnavailable):
+    """The Docker engine takes calls but does not answer them in time (its process hangs)."""
+
+    def __init__(self, detail: str) -> None:
+        ExecutionError.__init__(self, f"docker engine not responding: {detail}")
         self.detail = detail
 
 

@@ -19,9 +19,8 @@ from madengine.core import jsonio
 from madengine.database import alerts as alertlib
 from madengine.database.alerts import Alert
 from madengine.database.series import SeriesState
-from madengine.database.summary import MAX_NAME, text_hash
+from madengine.database.summary import MAX_NAME, SqlStore, text_hash
 
-SqlStore = Any  # madengine.database.sql.SqlStore, which imports this module
 
 SERIES_SUFFIX, ALERTS_SUFFIX, LOG_SUFFIX = "_series", "_alerts", "_alert_log"
 SERIES_COLUMNS = ("identity_hash", "identity_key", "covered", "latest_run", "statuses", "verdict", "state")
