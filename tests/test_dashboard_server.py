@@ -327,9 +327,11 @@ def test_serve_command_bad_input_is_one_line(tmp_path):
 @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
 @given(st.dictionaries(st.sampled_from(["model", "tag", "status", "gpu_architecture", "executor", "machine", "since",
                                         "until", "identity", "kind", "run", "old", "new", "threshold", "across",
-                                        "page", "per_page", "other"]),
+                                        "state", "sort", "order", "page", "per_page", "other"]),
                        st.one_of(st.text(max_size=30), st.sampled_from(["FAILURE", "success", "2026-02-03", "3.5%",
-                                                                        "2026-02-03T10:00", "1", "0", "nan", "1e9"]))))
+                                                                        "2026-02-03T10:00", "1", "0", "nan", "1e9",
+                                                                        "invalid", "Untriaged", "vs_baseline", "desc",
+                                                                        "ASC"]))))
 def test_filters_parse_or_refuse_and_round_trip(params):
     try:
         filters = parse(params)

@@ -236,6 +236,22 @@ def test_report_alerts_bad_input_is_one_line(workdir, cli, argv, fragment):
     assert result.code == 2 and fragment in one_error_line(result.stderr), result
 
 
+@given(st.text(max_size=20) | st.sampled_from(["invalid", "FIXED", " expected "]), st.text(max_size=40),
+       st.lists(st.text(max_size=40) | st.sampled_from(["0123abcd", "https://x.example/i/1", "http://h/p"]), max_size=12),
+       st.text(max_size=120))
+def test_a_triage_is_checked_or_refused_in_one_line(state, note, links, by):
+    """What a person types into the triage form or `report alerts set` (user input: Hypothesis)."""
+    from madengine.database.alerts import STATES, triage
+
+    try:
+        decision = triage(state, note, links, by, prefix="--")
+    except InputError as exc:
+        assert exc.path in ("--state", "--note", "--link", "--by") and "\n" not in str(exc)
+        return
+    assert decision.state in STATES and decision.by and len(decision.links) <= 10
+    assert all(link.startswith(("http://", "https://")) or link.isalnum() for link in decision.links)
+
+
 # --- compare against the history -----------------------------------------------------------------
 
 def test_compare_judges_single_runs_against_their_history(workdir, cli):

@@ -161,7 +161,8 @@ def triage(state: str, note: str = "", links: Iterable[str] = (), by: str = "", 
         raise InputError(f"unknown state {state[:40]!r}", path=f"{prefix}state", hint=f"one of {', '.join(STATES)}")
     note = (note or "").strip()
     if len(note) > MAX_NOTE or any(ord(c) < 32 and c not in "\n\t" for c in note):
-        raise InputError(f"at most {MAX_NOTE} characters of text", path=f"{prefix}note")
+        raise InputError(f"at most {MAX_NOTE} characters of text (no control characters but newlines and tabs)",
+                         path=f"{prefix}note")
     kept = tuple(_link(text, f"{prefix}link") for text in links if text and text.strip())
     if len(kept) > MAX_LINKS:
         raise InputError(f"at most {MAX_LINKS} links", path=f"{prefix}link")
