@@ -1,7 +1,9 @@
 """The local executor: the model's steps run as host processes in its work folder.
 
 Each step runs in its own session (process group), so a timeout, Ctrl-C or an abort ends the
-step's whole tree and nothing else.
+step's whole tree and nothing else. Its processes carry the run id (``MAD_RUN_ID``) and their owner
+(``MADENGINE_OWNER``, :mod:`madengine.core.owner`) in their environment, so what a madengine killed
+by SIGKILL left running is stopped by the next run or ``madengine clean``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from typing import Any, Mapping
 
+from madengine.core.owner import OWNER_ENV, this_process
 from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.provenance import Probe, ProbeCache, probe_local
@@ -60,6 +63,9 @@ class LocalExecutor:
         env = dict(self.environ)
         env.update(spec.env)
         env.update(step.env)
+        owner = this_process()
+        if owner is not None:
+            env[OWNER_ENV] = str(owner)
         if spec.gpu_ids:
             ids = ",".join(str(i) for i in spec.gpu_ids)
             vendor = spec.env.get("MAD_GPU_VENDOR")
