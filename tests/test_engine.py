@@ -241,7 +241,7 @@ def test_a_frozen_engine_answers_no_call_and_every_call_ends_by_its_deadline(tmp
                                                _body(["sh", "-c", "echo up; sleep 60"]))
         container.append(container_id)
         frozen.start(container_id)
-        output = iter(frozen.logs(container_id, until=time.monotonic() + 4))
+        output = iter(frozen.logs(container_id, until=time.monotonic() + 8))
         assert next(output) == b"up\n"
         endless = frozen.logs(container_id)  # no deadline: only a cancel ends it
         reading = iter(endless)
@@ -249,11 +249,11 @@ def test_a_frozen_engine_answers_no_call_and_every_call_ends_by_its_deadline(tmp
         proxy.freeze()
         threading.Timer(1.0, endless.cancel, args=(EngineTimeout("GET /_ping", 30),)).start()
         error, took = _within(30, lambda: list(reading))
-        assert isinstance(error, EngineTimeout) and "GET /_ping" in str(error) and took < 5, (error, took)
+        assert isinstance(error, EngineTimeout) and "GET /_ping" in str(error) and took < 10, (error, took)
         for call in (frozen.ping, lambda: frozen.inspect_container(container_id), lambda: frozen.kill(container_id)):
             error, took = _within(30, call)
             assert isinstance(error, EngineTimeout) and is_engine_gone(error), error
-            assert 1.5 <= took <= 5, took
+            assert 1.5 <= took <= 10, took  # its 2 s, with room for a loaded host; a hang is 30 s
         error, took = _within(30, lambda: list(output))
         assert isinstance(error, EngineTimeout) and "did not end by its deadline" in str(error), error
     finally:
