@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import IN_CI
@@ -127,6 +127,8 @@ EVENTS = st.lists(st.one_of(JSON_VALUES, st.fixed_dictionaries(
 @settings(derandomize=True, max_examples=500 if IN_CI else 200, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.one_of(JSON_VALUES, st.fixed_dictionaries({"traceEvents": EVENTS})))
+@example({"traceEvents": [{"ph": "X", "name": names.PHASES[0], "ts": 0, "dur": float("inf"),
+                           "args": {"span.id": "a", "span.parent_id": "a", names.ATTR_MODEL: None}}]})
 def test_any_json_is_a_diff_or_one_input_error(tmp_path, document):
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(document))

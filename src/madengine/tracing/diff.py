@@ -13,6 +13,7 @@ session's inner phases are part of ``profile``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -66,12 +67,15 @@ def load_spans(doc: Mapping[str, Any]) -> list[LoadedSpan]:
         if not isinstance(args, dict) or not isinstance(args.get(chrome.ARG_SPAN_ID), str):
             continue
         start, duration = event.get("ts"), event.get("dur")
-        if not isinstance(start, (int, float)) or not isinstance(duration, (int, float)) or isinstance(
-                start, bool) or isinstance(duration, bool):
-            continue
+        if not _finite_number(start) or not _finite_number(duration):
+            continue  # not a span's time (JSON's Infinity and NaN included: no difference can be taken)
         spans.append(LoadedSpan(str(event.get("name", "")), args[chrome.ARG_SPAN_ID],
                                 str(args.get(chrome.ARG_PARENT_ID) or ""), float(start), float(duration), args))
     return spans
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def model_label(args: Mapping[str, Any]) -> str:
