@@ -81,6 +81,14 @@ class PerfRecord:
     perf_ci95_high: float | str | None = None
     perf_samples: str = ""  # JSON text (madengine.results.samples.samples_text)
     warmup_runs: int | str = ""
+    launcher: str = ""
+    world_size: int | str = ""
+    nnodes: int | str = ""
+    nproc_per_node: int | str = ""
+    node_aggregation: str = ""
+    node_n: int | str = ""
+    node_cv: float | str | None = None
+    node_performance: str = ""  # JSON text (madengine.results.aggregate.JobFigure.columns)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
