@@ -36,7 +36,7 @@ class LocalExecutor:
         return None
 
     def workspace(self, spec: RunSpec) -> str:
-        return str(spec.workdir)
+        return str(spec.workdir.absolute())  # scripts run in the work folder: a relative path would miss
 
     def start(self, spec: RunSpec) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
