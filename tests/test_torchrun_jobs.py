@@ -14,12 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
+from job_helpers import assert_no_marked_process, marked_context, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -52,38 +52,20 @@ def executor(request):
 
 @pytest.fixture
 def mark():
-    """A variable every rank of the test's jobs carries (through the context's docker_env_vars)."""
-    return f"tr-{uuid.uuid4().hex[:12]}"
+    return new_mark()
 
 
-def _context(mark: str, **more) -> str:
-    return json.dumps({"docker_env_vars": {"MADENGINE_TEST_MARK": mark}, **more})
-
-
-def marked_processes(mark: str) -> list[int]:
-    needle = f"MADENGINE_TEST_MARK={mark}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as handle:
-                    if needle in handle.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
+def _context(mark: str) -> str:
+    return json.dumps(marked_context(mark))
 
 
 def assert_nothing_left(mark: str, executor: str) -> None:
-    deadline = time.monotonic() + 10  # a container's removal is asynchronous; a process may be exiting
-    while marked_processes(mark) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = marked_processes(mark)
-    assert not left, f"processes left running: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in left]}"
+    assert_no_marked_process(mark)
     if executor == "docker":
         import docker
 
         client = docker.from_env()
+        deadline = time.monotonic() + 10  # a container's removal is asynchronous
         while time.monotonic() < deadline and _containers(client):
             time.sleep(0.2)
         assert not _containers(client), "containers left behind"
