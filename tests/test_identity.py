@@ -17,10 +17,11 @@ EXAMPLES = 500 if IN_CI else 200
 
 
 def test_new_columns_are_appended_in_the_contract_order():
-    job = EXTRA_COLUMNS.index("launcher")  # a distributed job's columns come after these
-    assert EXTRA_COLUMNS[job - 13:job] == ("tag_configs", "backend", "trace_id", "perf_n", "perf_mean", "perf_stddev",
-                                   "perf_cv", "perf_min", "perf_max", "perf_ci95_low", "perf_ci95_high",
-                                   "perf_samples", "warmup_runs")
+    start = EXTRA_COLUMNS.index("tag_configs")  # later columns only ever come after these
+    assert EXTRA_COLUMNS[start:start + 19] == (
+        "tag_configs", "backend", "trace_id", "perf_n", "perf_mean", "perf_stddev", "perf_cv", "perf_min",
+        "perf_max", "perf_ci95_low", "perf_ci95_high", "perf_samples", "warmup_runs", "precision_source",
+        "framework_versions", "thread_settings", "host_load_start", "host_load_end", "warnings")
     row = PerfRecord(model="m", tag_configs="size=64", backend="onnxruntime-cpu", perf_n=3).to_row()
     assert (row["tag_configs"], row["backend"], row["perf_n"]) == ("size=64", "onnxruntime-cpu", "3")
 

@@ -140,6 +140,18 @@ def test_nproc_per_node_above_the_visible_gpus_is_refused():
     assert resolve_gpus(model, Context({"gpu_vendor": "NVIDIA", "system_ngpus": 8})) == [0, 1, 2, 3]
 
 
+def test_what_only_a_placement_shows_is_checked_before_the_run():
+    model = _model({"launcher": "megatron-lm", "nproc_per_node": 3, "tensor_parallel_size": 2})
+    with pytest.raises(LaunchError, match="do not divide the world size 3") as caught:
+        check_distributed([model], Context({}), {})
+    assert caught.value.path == "models.json" and "model 'm'" in caught.value.field
+    deepspeed = _model({"launcher": "deepspeed", "nnodes": 2})
+    environ = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "node0"}
+    with pytest.raises(LaunchError, match="needs a hostfile or the address of every node"):
+        check_distributed([deepspeed], Context({}), environ)
+    check_distributed([deepspeed], Context({}), {**environ, "MAD_NODE_HOSTS": "node0,node1"})
+
+
 def test_a_multi_node_job_needs_a_multi_node_executor():
     model = _model({"launcher": "torchrun", "nnodes": 2})
     with pytest.raises(LaunchError, match="nnodes 2 needs a multi-node executor") as caught:

@@ -88,9 +88,57 @@ def test_summary_known_values():
     assert (s.n, s.mean, s.median, s.minimum, s.maximum) == (5, 4.0, 3.0, 1.0, 10.0)
     assert s.stddev == pytest.approx(numpy.std([1, 2, 3, 4, 10], ddof=1))
     assert s.cv == pytest.approx(s.stddev / 4.0)
-    low, high = scipy.stats.t.interval(0.95, 4, loc=4.0, scale=s.stddev / math.sqrt(5))
-    assert (s.ci95_low, s.ci95_high) == (pytest.approx(low), pytest.approx(high))
+    assert s.geomean == pytest.approx(scipy.stats.gmean([1, 2, 3, 4, 10]))
+    logs = numpy.log([1, 2, 3, 4, 10])  # positive figures: Student's t on the log scale, taken back
+    low, high = scipy.stats.t.interval(0.95, 4, loc=logs.mean(), scale=scipy.stats.sem(logs))
+    assert (s.ci95_low, s.ci95_high) == (pytest.approx(math.exp(low)), pytest.approx(math.exp(high)))
     assert s.outliers == 1  # 10 is beyond Q3 + 1.5·IQR
+
+
+def test_figures_with_zero_or_negative_values_keep_the_t_interval_of_the_mean():
+    s = summary.summarize([-3.0, 1.0, 2.0, 4.0, 10.0])
+    low, high = scipy.stats.t.interval(0.95, 4, loc=2.8, scale=s.stddev / math.sqrt(5))
+    assert s.geomean is None and (s.ci95_low, s.ci95_high) == (pytest.approx(low), pytest.approx(high))
+
+
+def test_a_wildly_spread_throughput_gets_a_positive_interval():
+    """Three repeats at CV 63 %: the t interval of the mean reaches below zero (a negative
+    throughput); the log-scale interval stays positive and contains the geometric mean."""
+    samples = [2.0, 4.81, 8.58]
+    s = summary.summarize(samples)
+    assert s.cv == pytest.approx(0.63, abs=0.02)
+    plain_low, _ = scipy.stats.t.interval(0.95, 2, loc=numpy.mean(samples), scale=scipy.stats.sem(samples))
+    assert plain_low < 0
+    assert 0 < s.ci95_low < s.geomean < s.ci95_high
+    logs = numpy.log(samples)
+    assert s.ci95_low == pytest.approx(math.exp(scipy.stats.t.interval(0.95, 2, loc=logs.mean(),
+                                                                       scale=scipy.stats.sem(logs))[0]))
+
+
+_POSITIVE = st.floats(min_value=5e-324, max_value=1.7e308, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=EXAMPLES)
+@given(st.lists(_POSITIVE, min_size=2, max_size=40))
+def test_intervals_of_positive_figures_are_positive_and_contain_the_geometric_mean(values):
+    s = summary.summarize(values)
+    assert 0 < s.ci95_low <= s.geomean <= s.ci95_high <= 1.7976931348623157e308
+    assert s.minimum <= s.geomean <= s.maximum
+    assert math.isfinite(s.ci95_low) and math.isfinite(s.ci95_high)
+
+
+@settings(max_examples=EXAMPLES)
+@given(st.lists(st.floats(min_value=1e-6, max_value=1e9), min_size=2, max_size=30))
+def test_log_interval_matches_scipy(values):
+    s = summary.summarize(values)
+    logs = numpy.log(values)
+    if numpy.ptp(logs) == 0:
+        assert s.ci95_low == s.ci95_high == s.geomean == values[0]
+        return
+    low, high = scipy.stats.t.interval(0.95, len(values) - 1, loc=logs.mean(), scale=scipy.stats.sem(logs))
+    assert s.ci95_low == pytest.approx(math.exp(low), rel=1e-7)
+    assert s.ci95_high == pytest.approx(math.exp(high), rel=1e-7)
+    assert s.geomean == pytest.approx(scipy.stats.gmean(values), rel=1e-9)
 
 
 def test_single_sample_has_no_spread():

@@ -27,7 +27,8 @@ class Environment:
     def __init__(self, stdout: TextIO | None = None, stderr: TextIO | None = None, stdin: TextIO | None = None,
                  environ: Mapping[str, str] | None = None, argv: Sequence[str] = (),
                  clock: "Callable[[], datetime.datetime] | None" = None, quiet: bool = False,
-                 verbose: bool = False, no_color: bool = False) -> None:
+                 verbose: bool = False, no_color: bool = False,
+                 load: "Callable[[], float | None] | None" = None) -> None:
         self.stdout = stdout if stdout is not None else sys.stdout
         self.stderr = stderr if stderr is not None else sys.stderr
         self.stdin = stdin if stdin is not None else sys.stdin
@@ -41,6 +42,8 @@ class Environment:
         self.verbose = verbose
         #: --no-color (NO_COLOR in ``environ`` also turns colour off)
         self.no_color = no_color
+        #: how busy the machine is (``core.host.runnable_per_cpu`` when None)
+        self.load = load
 
     def __repr__(self) -> str:
         return f"Environment(argv={list(self.argv)!r}, quiet={self.quiet}, verbose={self.verbose})"
@@ -49,7 +52,8 @@ class Environment:
         """What the core may read of this environment (variables, arguments, stdin, clock)."""
         from madengine.core.host import Host
 
-        return Host(environ=self.environ, argv=tuple(self.argv), stdin=self.stdin, clock=self.clock)
+        return Host(environ=self.environ, argv=tuple(self.argv), stdin=self.stdin, clock=self.clock,
+                    **({"load": self.load} if self.load is not None else {}))
 
     def message(self, text: str) -> None:
         """A progress line or notice, on stderr."""

@@ -1,12 +1,19 @@
 """Docker image builds: skipped when nothing that goes into the image changed.
 
-Every image madengine builds carries a label with a content hash of its build inputs: the
-Dockerfile text, every file of the build context (names, modes and contents), the build args and
-the id of the base image. Before building, the hash is computed again; an image that already
-carries it is used as it is (or tagged with the new name), so a run on an unchanged model costs
-no build call at all. ``--clean-docker-cache`` and ``--rebuild`` always build; ``--pull`` always
-builds (a newer base image may be waiting); a base image absent from the host is built (and
-pulled) once without the shortcut.
+Every image madengine builds carries a label with a content hash of the inputs that reach the
+build: the Dockerfile text, the files of the build context Docker is sent (names, modes and
+contents; ``.dockerignore`` applied as the Docker SDK applies it), the build args the Dockerfile
+declares (:func:`madengine.execution.dockerfile.consumed_args`: a tag config such as ``iters=5``
+whose ``ITERS`` no ``ARG`` declares is not passed and not hashed, so switching it reuses the image)
+and the ids of the images it starts from. Before building, the hash is computed again; an image
+that already carries it is used as it is (or tagged with the new name), so a run on an unchanged
+model costs no build call at all. ``--clean-docker-cache`` and ``--rebuild`` always build;
+``--pull`` always builds (a newer base image may be waiting); a base image absent from the host is
+built (and pulled) once without the shortcut.
+
+An image whose name a build (or a tag) takes over is removed when nothing else names it, unless a
+container uses it: rebuilds leave no untagged images behind. One a container of this run still
+holds is tried again when the run ends (:meth:`DockerBuilder.close`).
 
 Within one run, an identical build (same Dockerfile text, context folder and build args) is done
 once and its image tagged with the other names: catalogs commonly give many models one Dockerfile.
@@ -17,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import re
 import stat
 import threading
 import time
@@ -26,13 +32,12 @@ from typing import Any, Callable, Mapping
 
 from madengine.core.errors import BuildError
 from madengine.core.redact import redact
+from madengine.execution.dockerfile import PREDEFINED_ARGS, consumed_args, from_images
 from madengine.execution.engine import Engine, EngineError
 from madengine.execution.executor import ImageInfo
 from madengine.execution.streams import LineSink
 
 INPUTS_LABEL = "madengine.build-inputs"
-_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)", re.IGNORECASE | re.MULTILINE)
-_ARG_DEFAULT = re.compile(r"^\s*ARG\s+(\w+)\s*=\s*(\S+)", re.IGNORECASE | re.MULTILINE)
 _CHUNK = 1 << 20
 
 
@@ -40,45 +45,73 @@ _CHUNK = 1 << 20
 class BuildInputs:
     dockerfile: Path
     context_dir: Path
+    #: the build args that reach the build (declared by the Dockerfile)
     build_args: Mapping[str, str]
+    #: offered build args the Dockerfile does not declare: neither passed nor hashed (said in build.log)
+    unused_args: tuple[str, ...] = ()
+
+
+def build_inputs(dockerfile: Path, context_dir: Path, offered: Mapping[str, str]) -> BuildInputs:
+    """The inputs of a build of ``dockerfile``: of the ``offered`` build args, those it declares."""
+    text = Path(dockerfile).read_text(encoding="utf-8", errors="replace")
+    passed, unused = consumed_args(text, offered)
+    return BuildInputs(Path(dockerfile), Path(context_dir), passed, tuple(unused))
 
 
 def base_image(dockerfile_text: str, build_args: Mapping[str, str]) -> str:
     """The image a Dockerfile builds FROM, with ``${ARG}`` resolved from build args and ARG defaults."""
-    match = _FROM.search(dockerfile_text)
-    if not match:
-        return ""
-    image = match.group(1)
-    values = {**dict(_ARG_DEFAULT.findall(dockerfile_text)), **build_args}
-    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), image)
+    images = from_images(dockerfile_text, build_args)
+    return images[0] if images else ""
 
 
-def _hash_tree(digest: Any, root: Path) -> None:
-    """Names, kinds, executable bits and contents of every entry under ``root``, in a fixed order."""
+def context_files(root: Path, dockerfile: Path) -> list[str]:
+    """The entries of the build context Docker is sent, relative to ``root``, in a fixed order:
+    every file and link (links to folders included, not followed), less what ``.dockerignore``
+    excludes (by the Docker SDK's own matcher, imported only when there is such a file)."""
+    entries = []
     for folder, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(files) + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
-            path = os.path.join(folder, name)
-            digest.update(os.path.relpath(path, root).encode("utf-8", "surrogateescape") + b"\0")
-            info = os.lstat(path)
-            if stat.S_ISLNK(info.st_mode):
-                digest.update(b"L" + os.readlink(path).encode("utf-8", "surrogateescape") + b"\0")
-                continue
-            digest.update(b"X" if info.st_mode & 0o111 else b"F")
-            with open(path, "rb") as handle:
-                for chunk in iter(lambda: handle.read(_CHUNK), b""):
-                    digest.update(chunk)
-            digest.update(b"\0")
+            entries.append(os.path.relpath(os.path.join(folder, name), root))
+    ignore = Path(root) / ".dockerignore"
+    if not ignore.is_file():
+        return entries
+    from docker.utils.build import exclude_paths
+
+    patterns = [line.strip() for line in ignore.read_text(encoding="utf-8", errors="replace").splitlines()]
+    patterns = [p for p in patterns if p and not p.startswith("#")]
+    inside = os.path.relpath(Path(dockerfile).resolve(), Path(root).resolve())
+    sent = exclude_paths(str(root), patterns, dockerfile=None if inside.startswith("..") else inside)
+    return [entry for entry in entries if entry in sent]
+
+
+def _hash_files(digest: Any, root: Path, entries: list[str]) -> None:
+    """Names, kinds, executable bits and contents of ``entries`` under ``root``."""
+    for entry in entries:
+        path = os.path.join(root, entry)
+        digest.update(entry.encode("utf-8", "surrogateescape") + b"\0")
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            digest.update(b"L" + os.readlink(path).encode("utf-8", "surrogateescape") + b"\0")
+            continue
+        digest.update(b"X" if info.st_mode & 0o111 else b"F")
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(_CHUNK), b""):
+                digest.update(chunk)
+        digest.update(b"\0")
 
 
 def inputs_digest(dockerfile_text: str, inputs: BuildInputs, base_id: str) -> str:
-    """The content hash of everything a build's result depends on."""
+    """The content hash of everything that reaches the build: the Dockerfile, the declared build
+    args (Docker's proxy args, which it keeps out of its own cache, are left out), the ids of the
+    images it starts from (``base_id``) and the context as sent."""
     digest = hashlib.sha256(b"madengine-build-inputs-v1\0")
     digest.update(dockerfile_text.encode() + b"\0")
     for key, value in sorted(inputs.build_args.items()):
-        digest.update(f"{key}={value}\0".encode())
+        if key not in PREDEFINED_ARGS:
+            digest.update(f"{key}={value}\0".encode())
     digest.update(base_id.encode() + b"\0")
-    _hash_tree(digest, Path(inputs.context_dir))
+    _hash_files(digest, Path(inputs.context_dir), context_files(Path(inputs.context_dir), Path(inputs.dockerfile)))
     return digest.hexdigest()
 
 
@@ -93,6 +126,8 @@ class DockerBuilder:
         self._done: dict[tuple, "ImageInfo | BuildError"] = {}
         self._locks: dict[tuple, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        #: images whose name was taken over while a container still used them: tried again at close
+        self._replaced: dict[str, Path] = {}
 
     def build(self, image: str, inputs: BuildInputs, log_path: Path,
               live: Callable[[str], None] | None) -> ImageInfo:
@@ -117,20 +152,34 @@ class DockerBuilder:
     def _obtain(self, image: str, inputs: BuildInputs, text: str, log_path: Path,
                 live: Callable[[str], None] | None) -> ImageInfo:
         started = time.monotonic()
-        base = base_image(text, inputs.build_args)
-        base_attrs = self._attrs(base)
-        base_id = base_attrs.get("Id", "")
+        if inputs.unused_args:
+            _log(log_path, f"=== madengine: build args the Dockerfile declares no ARG for, so neither passed nor "
+                           f"part of the build inputs: {', '.join(sorted(inputs.unused_args))}\n")
+        base, base_attrs, base_id = self._starting_images(text, inputs.build_args)
         digest = inputs_digest(text, inputs, base_id) if base_id else ""
         info = ImageInfo(image=image, image_id="", base_docker=base, docker_sha=_repo_digest(base_attrs))
+        previous = self._attrs(image).get("Id", "")
         if digest and not self.always_build:
             found = self._up_to_date(image, digest)
             if found:
                 _log(log_path, f"=== madengine: {image} is up to date (image {found.image_id}; build inputs "
                                f"{digest[:12]} unchanged): build skipped; --rebuild forces one\n")
+                self._drop_replaced(previous, found.image_id, log_path)
                 return dataclasses.replace(info, image_id=found.image_id, how=found.how,
                                            duration=time.monotonic() - started)
         image_id = self._build_now(image, inputs, log_path, live, {INPUTS_LABEL: digest} if digest else {})
+        self._drop_replaced(previous, image_id, log_path)
         return dataclasses.replace(info, image_id=image_id, duration=time.monotonic() - started)
+
+    def _starting_images(self, text: str, build_args: Mapping[str, str]) -> tuple[str, dict[str, Any], str]:
+        """The first FROM image, its inspection, and the ids of every image the build starts from
+        ('' when one is not on the host: a real build pulls it; 'scratch' when there is none)."""
+        starts = from_images(text, build_args)
+        if not starts:
+            return "scratch", {}, "scratch"
+        attrs = self._attrs(starts[0])
+        ids = [attrs.get("Id", "")] + [self._attrs(other).get("Id", "") for other in starts[1:]]
+        return starts[0], attrs, ",".join(ids) if all(ids) else ""
 
     def _up_to_date(self, image: str, digest: str) -> ImageInfo | None:
         """An image built from the same inputs: ``image`` itself, or another name to tag."""
@@ -142,6 +191,39 @@ class DockerBuilder:
             return None
         self.client.tag(same[0], image)
         return ImageInfo(image=image, image_id=same[0], how="tagged")
+
+    # -- images a name was taken from --------------------------------------------------------
+    def _drop_replaced(self, previous: str, current: str, log_path: Path) -> None:
+        """Remove the image ``previous`` that a name now pointing at ``current`` was taken from,
+        when no other name refers to it; one a container uses is kept (tried again at close)."""
+        if not previous or previous == current:
+            return
+        outcome = self._remove_unnamed(previous)
+        if outcome == "in use":
+            self._replaced[previous] = log_path
+        if outcome:
+            _log(log_path, f"=== madengine: the image this name pointed at before ({previous[:19]}) "
+                           f"{_REMOVAL_TEXT[outcome]}\n")
+
+    def _remove_unnamed(self, image_id: str) -> str:
+        """'removed', 'in use' (a container uses it: kept) or '' (still named, or gone already)."""
+        attrs = self._attrs(image_id)
+        if not attrs or attrs.get("RepoTags"):
+            return ""
+        try:
+            self.client.remove_image(image_id)
+        except EngineError as exc:
+            return "in use" if exc.status == 409 else ""
+        return "removed"
+
+    def close(self) -> None:
+        """Try again to remove the replaced images containers held (those of this run are gone now);
+        an image a container still uses stays."""
+        for image_id, log_path in list(self._replaced.items()):
+            if self._remove_unnamed(image_id) == "removed":
+                _log(log_path, f"=== madengine: the replaced image {image_id[:19]} was removed once its "
+                               f"container had gone\n")
+            del self._replaced[image_id]
 
     def _build_now(self, image: str, inputs: BuildInputs, log_path: Path, live: Callable[[str], None] | None,
                    labels: dict[str, str]) -> str:
@@ -177,7 +259,9 @@ class DockerBuilder:
             raise BuildError(f"build of {image} failed: the identical build failed earlier in this run "
                              f"({done.message})", log_path=str(log_path))
         started = time.monotonic()
+        previous = self._attrs(image).get("Id", "")
         self.client.tag(done.image_id, image)
+        self._drop_replaced(previous, done.image_id, log_path)
         _log(log_path, f"=== madengine: same Dockerfile, build context and build args as {done.image} earlier in "
                        f"this run: tagged its image {done.image_id} as {image}\n")
         return dataclasses.replace(done, image=image, how="tagged", duration=time.monotonic() - started)
@@ -190,6 +274,10 @@ class DockerBuilder:
             return self.client.inspect_image(name)
         except EngineError:  # not found, or not a valid reference (an unresolved ${ARG})
             return {}
+
+
+_REMOVAL_TEXT = {"removed": "had no other name and was removed",
+                 "in use": "has no other name but a container uses it: kept for now"}
 
 
 def _repo_digest(attrs: Mapping[str, Any]) -> str:

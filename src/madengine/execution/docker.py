@@ -31,6 +31,7 @@ from madengine.execution.dockeropts import device_mapping, engine_fields, parse_
 from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError
 from madengine.execution.executor import ImageInfo, ImageSource, Target
 from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
+from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 RUN_LABEL = "madengine.run"
@@ -57,9 +58,10 @@ def connect(environ: Mapping[str, str], *, timeout: float = 5.0,
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, client: Engine | None, images: ImageSource) -> None:
+    def __init__(self, client: Engine | None, images: ImageSource, probes: ProbeCache | None = None) -> None:
         self.client = client
         self.images = images
+        self.probes = probes or ProbeCache(None)
         self._containers: dict[str, _Container] = {}
         #: the cookie of each run's step in flight (madengine.execution.proctree), by run key
         self._cookies: dict[str, str] = {}
@@ -77,6 +79,10 @@ class DockerExecutor:
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
+
+    def probe(self, spec: RunSpec) -> Probe:
+        with engine_calls():
+            return probe_docker(self._engine(), spec, self._create_args(spec), self.probes, {RUN_LABEL: spec.run_id})
 
     # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:

@@ -90,6 +90,10 @@ class Engine:
         query = {"repo": repository, **({"tag": tag} if tag else {})}
         self._call("POST", f"/images/{quote(image, safe='/:@')}/tag", query=query, raw=True)
 
+    def remove_image(self, image: str) -> None:
+        """Remove an image (never forced: the engine refuses with 409 while a container uses it)."""
+        self._call("DELETE", f"/images/{quote(image, safe='/:@')}", raw=True)
+
     # -- containers ------------------------------------------------------------------------------
     def create_container(self, name: str, config: Mapping[str, Any]) -> str:
         return self._call("POST", "/containers/create", query={"name": name}, body=config)["Id"]

@@ -5,6 +5,8 @@ An :class:`Executor` takes one model from "what do I run it as" to "it ran and w
 * :meth:`Executor.targets` — what the model runs as: one target per selected Dockerfile (docker),
   per manifest image (a manifest run), or the host itself (local);
 * :meth:`Executor.obtain_image` — the image for a target (built, found up to date, or fetched);
+* :meth:`Executor.probe` — the software (framework versions) and thread settings the model's
+  steps will see (:mod:`madengine.execution.provenance`), before anything of the model starts;
 * :meth:`Executor.start`, :meth:`Executor.run_step`, :meth:`Executor.stop` — one container (or work
   folder) per run, each step in it, then clean-up;
 * :meth:`Executor.abort` — end everything a run started (Ctrl-C, SIGTERM, a parallel slot's crash).
@@ -20,6 +22,7 @@ import dataclasses
 from typing import Any, Protocol
 
 from madengine.core.spec import RunSpec, Step
+from madengine.execution.provenance import Probe
 from madengine.execution.streams import LineSink, StepResult
 
 
@@ -73,6 +76,10 @@ class Executor(Protocol):
 
     def workspace(self, spec: RunSpec) -> str:
         """The work folder as the model's steps see it."""
+
+    def probe(self, spec: RunSpec) -> Probe:
+        """The framework versions (one light probe per image, cached) and the thread settings of
+        the model step of ``spec``."""
 
     def start(self, spec: RunSpec) -> None: ...
 

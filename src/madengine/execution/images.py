@@ -8,13 +8,14 @@ from typing import Any, Callable
 
 from madengine.context import Context, select_dockerfiles
 from madengine.core.events import Reporter
-from madengine.execution.build import BuildInputs, DockerBuilder
+from madengine.execution.build import DockerBuilder, build_inputs
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.plan import image_key, relative_to, tag_config_vars
 
 
 def build_args(model: Any, context: Context) -> dict[str, str]:
-    """The context's ``docker_build_arg`` and the model's tag configs (which win)."""
+    """The build args offered: the context's ``docker_build_arg`` and the model's tag configs (which
+    win). Only those the Dockerfile declares reach the build (:func:`build_inputs`)."""
     args = dict(context.docker_build_arg)
     args.update(tag_config_vars(model))
     return args
@@ -36,8 +37,8 @@ class BuildImages:
         dockerfiles = select_dockerfiles(self.root, model.name, model.dockerfile, self.context.values)
         args = build_args(model, self.context)
         return [Target(key=image_key(model.name, d.stem), docker_file=relative_to(d.path, self.root),
-                       source=BuildInputs(d.path, (self.root / model.dockercontext) if model.dockercontext
-                                          else d.path.parent, args))
+                       source=build_inputs(d.path, (self.root / model.dockercontext) if model.dockercontext
+                                           else d.path.parent, args))
                 for d in dockerfiles]
 
     def obtain(self, target: Target) -> ImageInfo:
@@ -48,6 +49,10 @@ class BuildImages:
         if skipped:  # said, so that a skipped build is never a surprise
             self.reporter.message(f"madengine: {target.key} {skipped}; --rebuild forces a build")
         return info
+
+    def close(self) -> None:
+        """After the run's containers are gone: remove the images rebuilds replaced that they held."""
+        self.builder.close()
 
 
 _SKIPPED = {"up to date": "is up to date (its build inputs are unchanged)",

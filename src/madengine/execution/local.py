@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -17,6 +18,7 @@ from typing import Any, Mapping
 
 from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
+from madengine.execution.provenance import Probe, ProbeCache, probe_local
 from madengine.execution.plan import local_key
 from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
 from madengine.execution.streams import LineSink, StepResult, deadline
@@ -29,10 +31,11 @@ _DRAIN = 5.0
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    def __init__(self, environ: Mapping[str, str], probes: ProbeCache | None = None) -> None:
         self.environ = environ
         self._running: dict[int, _Running] = {}
         self._lock = threading.Lock()
+        self.probes = probes or ProbeCache(None)
 
     def targets(self, model: Any) -> list[Target]:
         return [Target(key=local_key(model.name))]
@@ -42,6 +45,12 @@ class LocalExecutor:
 
     def workspace(self, spec: RunSpec) -> str:
         return str(spec.workdir.absolute())  # scripts run in the work folder: a relative path would miss
+
+    def probe(self, spec: RunSpec) -> Probe:
+        step = next((s for s in spec.steps if s.is_model), Step("model", []))
+        env = self._env(spec, step)
+        cpus = len(spec.cpus) if spec.cpus else len(os.sched_getaffinity(0))
+        return probe_local(shutil.which("python3", path=env.get("PATH")), env, cpus, self.probes)
 
     def start(self, spec: RunSpec) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)

@@ -36,11 +36,14 @@ from madengine.core.redact import redact
 from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import Executor, ImageInfo, Target
 from madengine.execution.options import RunOptions
+from madengine.execution.engine import EngineError
 from madengine.execution.ranks import RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns
 from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
+from madengine.execution.provenance import Probe, load_notes, precision_columns, reported_precision
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.launch import rank_log_subdir
 from madengine.results import PerfRecord, RecordFactory, Status
+from madengine.results.record import WARNING_SEPARATOR
 from madengine.results.identity import tag_configs_text
 from madengine.results.spans import describe_span
 from madengine.results.samples import SAMPLES_FILE, parse_samples, sample_columns, sample_warnings, write_samples_file
@@ -109,6 +112,10 @@ class RunFacts:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: the model's trace span: the tools' time series become its counter tracks
     span: Any = NULL_SPAN
+    #: the software and thread settings of the run (execution.provenance), and the host's load
+    probe: Probe = dataclasses.field(default_factory=Probe)
+    load_start: float | None = None
+    load_end: float | None = None
 
     def absorb(self, spec: RunSpec) -> None:
         """Row values providers and tools set on the spec (kept even when the run fails later)."""
@@ -133,6 +140,9 @@ class RunFacts:
         if self.image is not None:
             values.update(base_docker=self.image.base_docker, docker_sha=self.image.docker_sha,
                           image_id=self.image.image_id, build_duration=self.image.duration)
+        values.update(framework_versions=dict(self.probe.frameworks), thread_settings=dict(self.probe.threads),
+                      host_load_start=_rounded(self.load_start), host_load_end=_rounded(self.load_end),
+                      warnings=WARNING_SEPARATOR.join(load_notes(self.load_start, self.load_end)))
         return values
 
 
@@ -196,6 +206,8 @@ class ModelRunner:
         with self.tracer.span(names.SPAN_MODEL, attributes) as span:
             for record in self._model_records(model, slot, span):
                 describe_span(span, record)
+                for warning in record.warning_list():
+                    self.reporter.message(f"madengine: warning: {record.model}: {warning}")
                 self.reporter.progress(Progress(
                     RESULT, model=_label(model), index=self.positions.get(model.name, 0), total=self.total,
                     status=record.status, seconds=time.monotonic() - started, log=_log_of(record),
@@ -271,6 +283,8 @@ class ModelRunner:
             # --keep-alive keeps a running container to look into, so it never runs one-shot
             spec.one_shot = len(spec.steps) == 1 and spec.steps[0].is_model and warmup + repeat == 1 \
                 and not self.options.keep_alive
+            facts.probe = self._probe(spec)  # before the model starts: the probe never competes with it
+            facts.load_start = self.host.load()
             with self._phase(model, names.SPAN_CONTAINER_START, {names.ATTR_IMAGE: spec.image}):
                 self.executor.start(spec)
             started = True
@@ -292,7 +306,9 @@ class ModelRunner:
         """The run of ``target`` and the folder of its script; a distributed job's launch on this
         node goes into its environment (``MAD_MULTI_NODE_RUNNER``, ``MASTER_ADDR``, ...) and files."""
         artifacts_dir = self.run_dir / target.key
-        step, script_dir = script_step(model, self.root, model.run_args) if model.scripts else (None, None)
+        # a model with a url may find its script in the clone: looked for once cloned
+        step, script_dir = script_step(model, self.root, model.run_args) \
+            if model.scripts and not model.url else (None, None)
         spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
                        artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
                        timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
@@ -308,6 +324,19 @@ class ModelRunner:
             spec.env.setdefault("PYTHONUNBUFFERED", "1")
         return spec, script_dir
 
+    def _probe(self, spec: RunSpec) -> Probe:
+        """The run's software and thread settings; a probe that fails leaves them empty (said in
+        the log), never the run."""
+        try:
+            probe = self.executor.probe(spec)
+        except (MadEngineError, EngineError, OSError) as exc:
+            _append_log(spec.log_path, f"=== madengine: the software probe failed: {exc}\n")
+            return Probe()
+        _append_log(spec.log_path, f"=== madengine: software {json.dumps(probe.frameworks, sort_keys=True)}; "
+                                   f"threads {json.dumps(probe.threads, sort_keys=True)} "
+                                   f"({'cached' if probe.cached else f'probed in {probe.seconds:.2f} s'})\n")
+        return probe
+
     def _prepare_workdir(self, spec: RunSpec, script_dir: Path | None) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
         for relative, text in spec.files.items():
@@ -321,6 +350,10 @@ class ModelRunner:
 
             spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path, self.root,
                                                     self.host.environ)
+            if spec.model.scripts:
+                model_step, script_dir = script_step(spec.model, self.root, spec.model.run_args,
+                                                     clone=spec.workdir / spec.model_cwd)
+                spec.steps.insert(0, model_step)
         if script_dir is not None:
             copy_tree(script_dir, spec.workdir / spec.model_cwd)
         for step in spec.steps:
@@ -340,6 +373,7 @@ class ModelRunner:
     def _execute(self, spec: RunSpec, facts: RunFacts) -> Iterator[PerfRecord]:
         """Run the steps, then collect artifacts and finalize before any row is written."""
         outcome = self._run_steps(spec, facts)
+        facts.load_end = self.host.load()
         with self._phase(spec.model, names.SPAN_PARSING):
             self._collect(spec, facts)
             records = [self.failure(spec.model, outcome, **facts.values())] if isinstance(outcome, str) \
@@ -468,7 +502,7 @@ class ModelRunner:
                                         "<number> <metric>' line", **facts.values())]
         record = self.records.for_model(model, Status.SUCCESS, metric=figures[-1].metric, **facts.values(),
                                         **self._sample_columns([f.value for f in figures], repeats.warmup))
-        self._warn_unstable(record)
+        self._describe_success(record, model, repeats)
         return [record]
 
     def _multiple(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
@@ -488,7 +522,7 @@ class ModelRunner:
             else:
                 for key, value in self._sample_columns(numbers, repeats.warmup).items():
                     setattr(record, key, value)
-                self._warn_unstable(record)
+                self._describe_success(record, model, repeats)
             records.append(record)
         return records
 
@@ -500,10 +534,14 @@ class ModelRunner:
             columns["performance"] = values[0]
         return columns
 
-    def _warn_unstable(self, record: PerfRecord) -> None:
+    @staticmethod
+    def _describe_success(record: PerfRecord, model: Model, repeats: "Repeats") -> None:
+        """The precision the model reported, and the notes of a figure not to trust as it is."""
+        columns, notes = precision_columns(model.training_precision, reported_precision(repeats.kept[-1].output))
+        for key, value in columns.items():
+            setattr(record, key, value)
         samples = parse_samples(record.perf_samples) if record.perf_samples else []
-        for warning in sample_warnings(samples):
-            self.reporter.message(f"madengine: warning: {record.model}: {warning}")
+        record.add_warnings(sample_warnings(samples) + notes)
 
     def _collect(self, spec: RunSpec, facts: RunFacts) -> None:
         """Copy files the steps wrote (``spec.collect`` patterns) into the artifacts folder, then
@@ -593,6 +631,15 @@ def _label(model: Model) -> str:
 def _log_of(record: PerfRecord) -> str:
     artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts).split(",")
     return next((a for a in artifacts if a.endswith("run.log")), next(iter(artifacts), "") if artifacts else "")
+
+
+def _rounded(load: float | None) -> float | None:
+    return None if load is None else round(load, 2)
+
+
+def _append_log(path: Path, text: str) -> None:
+    with open_log(path) as log:
+        log.write(redact(text))
 
 
 def _write_host_details(path: Path, context: Context) -> None:

@@ -30,6 +30,8 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
         options = dataclasses.replace(options, registry=transport.check_registry(options.registry))
     selection = select(request.tags, root=model_root(host.environ))
     context = build_context(context_file=request.context_file, context_string=request.context_string)
+    for warning in context.warnings():
+        reporter.message(f"madengine: warning: {warning}")
     client = connect_docker(host.environ, "start dockerd (scripts/docker-up.sh); 'madengine build' builds images, "
                                           "which needs an engine")
     build_id = new_run_id()
@@ -61,5 +63,6 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
                 continue
             manifest.images.append(entry)
             reporter.message(f"madengine: {model.name}: built {entry.image} ({entry.image_id[:19]})")
+    images.close()
     write_manifest(manifest, Path(request.manifest_file))
     return manifest

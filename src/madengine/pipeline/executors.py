@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from madengine.context import Context
+from madengine.core.cachedir import cache_root
 from madengine.core.errors import ServiceError
 from madengine.core.events import Reporter
 from madengine.core.host import Host
 from madengine.execution import BuildOptions, Executor
+from madengine.execution.provenance import ProbeCache
 from madengine.pipeline.selection import Selection
 
 
@@ -51,10 +53,11 @@ def choose_executor(executor: str, selection: Selection, build: BuildOptions, tr
     if selection.manifest is not None:
         executor = "docker"
     client = wants_docker(executor, reporter, host.environ)
+    probes = ProbeCache(cache_root(host.environ) / "probes")
     if client is None:
         from madengine.execution.local import LocalExecutor
 
-        return LocalExecutor(host.environ)
+        return LocalExecutor(host.environ, probes)
     from madengine.execution.docker import DockerExecutor
 
     if selection.manifest is not None:
@@ -66,4 +69,4 @@ def choose_executor(executor: str, selection: Selection, build: BuildOptions, tr
     else:
         images = build_images(client, build, root=selection.catalog.root, context=context, run_dir=run_dir,
                               reporter=reporter)
-    return DockerExecutor(client, images)
+    return DockerExecutor(client, images, probes)

@@ -66,6 +66,8 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
         context = build_context(context_file=options.context_file, context_string=options.context_string)
+    for warning in context.warnings():
+        reporter.message(f"madengine: warning: {warning}")
     check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)
@@ -126,6 +128,15 @@ def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
         summary.details["containers_left"] = left
         reporter.message("madengine: warning: the Docker engine did not come back in time to remove "
                          f"{', '.join(left)}; remove with: docker rm -f {' '.join(left)}")
+    release_images(executor)
+
+
+def release_images(executor: Any) -> None:
+    """Once the run's containers are gone, the images rebuilds replaced while a container held
+    them are removed (an image source that builds has a ``close``; manifest images have none)."""
+    close = getattr(getattr(executor, "images", None), "close", None)
+    if close is not None:
+        close()
 
 
 def _provenance_context(context: Context) -> dict:

@@ -4,7 +4,7 @@ Python computes coordinates; the templates draw them (so every label is escaped 
 autoescape). Charts are bounded in size whatever the number of rows: at most ``MAX_BARS`` bars,
 ``MAX_SERIES`` lines of at most ``MAX_POINTS`` points each (runs are bucketed beyond that).
 
-Spread is drawn from the samples: a bar's dark error bar is the 95 % CI of the mean of every sample,
+Spread is drawn from the samples: a bar's dark error bar is the 95 % CI of every sample (stats.summary),
 its thin line the min–max; a line's band is each run's min–max (runs with several samples). Detected
 change points (``report regressions``' method) are marked on the lines.
 
@@ -57,7 +57,7 @@ class Bar:
     x: float
     width: float
     whisker: tuple[float, float] | None  # min..max of the result's samples
-    error: tuple[float, float] | None = None  # 95 % CI of the mean of the samples
+    error: tuple[float, float] | None = None  # 95 % CI of the samples (log scale when all are positive)
     error_text: str = ""
 
 
@@ -161,7 +161,7 @@ def series_names(chosen: list[ModelStats]) -> dict[int, str]:
 
 
 def bar_chart(metric: str, models: list[ModelStats]) -> BarChart:
-    """Mean performance per result in ``metric``, with the 95 % CI of the mean and the min..max."""
+    """Mean performance per result in ``metric``, with the 95 % CI of its samples and the min..max."""
     chosen = sorted((s for s in models if s.metric == metric and s.mean is not None),
                     key=lambda s: (-s.count, s.name))
     note = f"{len(chosen) - MAX_BARS} more model(s) with fewer results not shown" if len(chosen) > MAX_BARS else ""

@@ -69,10 +69,17 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "perf_cv",  # stddev / |mean|, a fraction
     "perf_min",
     "perf_max",
-    "perf_ci95_low",  # 95 % confidence interval of the mean (Student's t)
+    "perf_ci95_low",  # 95 % CI: of the geometric mean (log-scale t) for positive figures, else of the mean
     "perf_ci95_high",
     "perf_samples",  # JSON list of every kept sample, in run order
     "warmup_runs",  # discarded runs before the kept ones
+    # what tells two run rows apart (madengine.execution.provenance; docs/run.md "Provenance")
+    "precision_source",  # reported (the model printed training_precision: X) | declared (models.json only) | ''
+    "framework_versions",  # JSON: python, torch, torch_cuda/torch_hip, rocm, cuda, onnxruntime, ... in the image
+    "thread_settings",  # JSON: OMP_NUM_THREADS and the like as the model saw them, and its CPUs
+    "host_load_start",  # runnable tasks per logical CPU (madengine's own excluded) as the model's run began
+    "host_load_end",  # ... and as it ended; above 1 the host was busier than its CPUs
+    "warnings",  # '; '-separated notes: a busy host, an unstable figure, a contradicted precision
     *JOB_COLUMNS,
 )
 

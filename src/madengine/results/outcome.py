@@ -41,7 +41,8 @@ class RunSummary:
             "run_dir": str(self.run_dir), "interrupted": bool(self.interrupted), "counts": self.counts(),
             "unrecorded": self.unrecorded,
             "results": [{"model": r.model, "status": r.status, "performance": r.performance, "metric": r.metric,
-                         "reason": r.reason, "docker_image": r.docker_image, "test_duration": r.test_duration}
+                         "reason": r.reason, "docker_image": r.docker_image, "test_duration": r.test_duration,
+                         "warnings": r.warning_list()}
                         for r in self.records],
             **self.details,
         }

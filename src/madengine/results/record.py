@@ -11,6 +11,9 @@ from madengine.results.columns import ALL_COLUMNS, Status
 from madengine.results.identity import tag_configs_text
 
 
+WARNING_SEPARATOR = "; "
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -81,6 +84,12 @@ class PerfRecord:
     perf_ci95_high: float | str | None = None
     perf_samples: str = ""  # JSON text (madengine.results.samples.samples_text)
     warmup_runs: int | str = ""
+    precision_source: str = ""
+    framework_versions: dict[str, str] | str = ""
+    thread_settings: dict[str, Any] | str = ""
+    host_load_start: float | str | None = None
+    host_load_end: float | str | None = None
+    warnings: str = ""  # notes joined by WARNING_SEPARATOR
     launcher: str = ""
     world_size: int | str = ""
     nnodes: int | str = ""
@@ -94,6 +103,16 @@ class PerfRecord:
     @property
     def ok(self) -> bool:
         return self.status == Status.SUCCESS
+
+    def warning_list(self) -> list[str]:
+        """The row's notes (a busy host, an unstable figure, ...), one per item."""
+        return [note for note in str(self.warnings or "").split(WARNING_SEPARATOR) if note.strip()]
+
+    def add_warnings(self, notes: list[str]) -> None:
+        """Add notes to the row's ``warnings`` (each once)."""
+        kept = self.warning_list()
+        kept.extend(note for note in notes if note not in kept)
+        self.warnings = WARNING_SEPARATOR.join(kept)
 
     def to_row(self) -> dict[str, str]:
         """The record as perf.csv cells: standard columns, then madengine's, then extras.
@@ -191,7 +210,8 @@ class RecordFactory:
 
     def for_model(self, model: Any, status: str, **values: Any) -> PerfRecord:
         """A record of a catalog model: its own columns (n_gpus, args, tags, ...) filled in."""
-        columns = {"n_gpus": model.n_gpus, "training_precision": model.training_precision, "args": model.run_args,
+        columns = {"n_gpus": model.n_gpus, "training_precision": model.training_precision,
+                   "precision_source": "declared" if model.training_precision else "", "args": model.run_args,
                    "tags": ",".join(model.tags), "tag_configs": tag_configs_text(model.tag_configs),
                    "additional_docker_run_options": model.additional_docker_run_options}
         columns.update(values)

@@ -212,6 +212,12 @@ def print_summary(env: Environment, records) -> None:
         log = _run_log(r)
         if r.status == "FAILURE" and log:
             print(f"  {r.model}: log {log}", file=env.stderr, flush=True)
+    warned = [(r.model, warning) for r in records for warning in r.warning_list()]
+    if warned:
+        print(f"madengine: {len({m for m, _ in warned})} row(s) with warnings (perf.csv column 'warnings'):",
+              file=env.stderr, flush=True)
+        for model, warning in warned:
+            print(f"  {model}: {warning}", file=env.stderr, flush=True)
 
 
 def _run_log(record) -> str:
