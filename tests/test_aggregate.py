@@ -208,9 +208,13 @@ def test_the_node_that_failed_first_is_named_first_then_the_others():
     assert row["reason"] == f"{killed} (also {follower}; node 2: {stopped})"
 
 
-def test_a_node_without_a_row_fails_the_job():
+def test_a_node_without_a_row_fails_the_job_and_comes_before_those_it_stopped():
     [row] = job_rows({0: [_node_row(0, "1")]}, JobShape("torchrun", 3, 1))
     assert row["status"] == "FAILURE" and row["reason"] == "nodes 1, 2 of 3 wrote no result row"
+    # node 0 could not even record (a taken port, madengine missing); srun then stopped node 1
+    [row] = job_rows({1: [_node_row(1, status="FAILURE", reason="interrupted by SIGTERM during model")]}, TWO)
+    assert row["reason"] == ("node 0: wrote no result row (see the job's log) "
+                             "(also node 1: interrupted by SIGTERM during model)")
 
 
 def test_each_result_of_multiple_results_is_merged_on_its_own():
