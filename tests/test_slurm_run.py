@@ -410,12 +410,12 @@ def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, s
 def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
     pytest.importorskip("torch")
     mark = new_mark()
-    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "30",
+    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "40",
                  "-c", _torch_context(mark))
     assert result.code == 1, result
     [row] = read_rows(slurm_repo / "perf.csv")
     assert row["status"] == "FAILURE" and row["world_size"] == "2"
-    assert row["reason"].startswith("node 1: timeout: model ran longer than 30 s; rank 1 (node 1, local rank 0) "
+    assert row["reason"].startswith("node 1: timeout: model ran longer than 40 s; rank 1 (node 1, local rank 0) "
                                     "was still running; every process of the job was ended"), row["reason"]
     assert_no_marked_process(mark)
     assert _job_left(slurm_cluster, row) == ""
