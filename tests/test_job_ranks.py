@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from madengine.catalog.schema import Model
@@ -92,6 +93,25 @@ def test_an_orphan_holding_the_output_pipe_never_blocks_the_step(tmp_path):
         assert time.monotonic() - started < 20  # the drain period, not the orphan's 60 s
     finally:
         os.kill(int(pid_file.read_text()), 9)
+
+
+def test_a_daemon_outlives_its_step_for_the_post_script_and_ends_with_the_run(tmp_path):
+    """A pre-script's daemon in a session of its own (the GPU sampler) survives its step; what is
+    left of the run when it ends (a daemon nobody stopped, workers a dead launcher left) does not."""
+    pid_file = tmp_path / "daemon.pid"
+    executor = LocalExecutor(dict(os.environ))
+    script = ("setsid sleep 300 </dev/null >/dev/null 2>&1 & pid=$!\n"  # as gpu_profiler_start.sh does:
+              'until [ "$(ps -o sid= -p $pid | tr -d " ")" = "$pid" ]; do sleep 0.02; done\n'  # it left the session
+              f"echo $pid > {pid_file}\n")
+    spec = _spec(tmp_path, ["bash", "-c", script])
+    executor.start(spec)
+    with open(tmp_path / "log.txt", "w") as log:
+        assert executor.run_step(spec, spec.steps[0], None, LineSink(log, None, keep=True)).exit_code == 0
+    daemon = int(pid_file.read_text())
+    time.sleep(0.3)
+    assert psutil.pid_exists(daemon) and psutil.Process(daemon).status() != psutil.STATUS_ZOMBIE
+    executor.stop(spec, keep_alive=False)
+    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
 
 
 # -- torchrun's account of a failure -------------------------------------------------------------

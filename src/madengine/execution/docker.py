@@ -43,7 +43,7 @@ from madengine.execution.build import last_line
 from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
 from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError, EngineTimeout, Stream
 from madengine.execution.executor import ImageInfo, ImageSource, Target
-from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
+from madengine.execution.proctree import run_cookie, running_ranks
 from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
@@ -82,8 +82,6 @@ class DockerExecutor:
         self.images = images
         self.probes = probes or ProbeCache(None)
         self._containers: dict[str, _Container] = {}
-        #: the cookie of each run's step in flight (madengine.execution.proctree), by run key
-        self._cookies: dict[str, str] = {}
         #: the ranks still running when a run's container was killed, by run key
         self._ranks: dict[str, tuple[int, ...]] = {}
         self._removals: list[threading.Thread] = []
@@ -113,8 +111,7 @@ class DockerExecutor:
             step = spec.steps[0]
             config["Cmd"] = list(step.argv)
             config["WorkingDir"] = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
-            config["Env"] = config["Env"] + [f"{key}={value}" for key, value in step.env.items()] + \
-                [f"{COOKIE_VAR}={self._cookies.setdefault(spec.key, new_cookie())}"]
+            config["Env"] = config["Env"] + [f"{key}={value}" for key, value in step.env.items()]
             config["HostConfig"]["LogConfig"] = {"Type": "json-file", "Config": {}}  # readable whatever the default
         elif _watched(spec):  # idles until its input ends: when this process closes it, or ends
             config.update(Cmd=["cat"], OpenStdin=True, StdinOnce=True, AttachStdin=True)
@@ -167,6 +164,7 @@ class DockerExecutor:
     def start(self, spec: RunSpec) -> None:
         """Create and start the run's container; one that was created but could not start is
         removed again (the runner stops only what started)."""
+        run_cookie(spec.env)  # every process in the container carries it: its ranks are found from here
         try:
             self._start(spec)
         except BaseException:
@@ -226,11 +224,9 @@ class DockerExecutor:
         container = self._containers[spec.key]
         workdir = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
         started = time.monotonic()
-        cookie = self._cookies[spec.key] = new_cookie()
         try:
             with self._calls():
-                exec_id = engine.exec_create(container.id, step.argv, workdir=workdir,
-                                             environment={**step.env, COOKIE_VAR: cookie})
+                exec_id = engine.exec_create(container.id, step.argv, workdir=workdir, environment=step.env or None)
                 stream = engine.exec_start(exec_id, _answer_by(started, timeout))
         except EngineError as exc:
             return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(exc.message))}")
@@ -257,7 +253,6 @@ class DockerExecutor:
             code = info.get("ExitCode") if info else None
             cause = self._oom(container) if code == 137 else ""
         _end_group(info)
-        end_step(None, cookie, grace=0.0)  # what the step left in sessions of its own (a launcher's workers)
         return StepResult(code, duration, sink.text(), cause=cause)
 
     def _finished(self, exec_id: str) -> dict[str, Any]:
@@ -289,9 +284,8 @@ class DockerExecutor:
     def _end_job(self, spec: RunSpec) -> None:
         """Timeout or interrupt: note the ranks still running (seen from this host when the engine
         runs here), then kill the container, which ends every process in it."""
-        cookie = self._cookies.get(spec.key)
-        if cookie and spec.launch is not None:
-            self._ranks[spec.key] = running_ranks(None, cookie)
+        if spec.launch is not None:
+            self._ranks[spec.key] = running_ranks(None, run_cookie(spec.env))
         self._kill(spec)
 
     def _kill(self, spec: RunSpec) -> None:
@@ -350,7 +344,6 @@ class DockerExecutor:
         """Remove the container in the background (the engine takes a while to tear it down, and
         the row can be written meanwhile); :meth:`close` waits for every removal."""
         container = self._containers.pop(spec.key, None)
-        self._cookies.pop(spec.key, None)
         if container is None or keep_alive:
             return
         removal = threading.Thread(target=self._remove, args=(container,), name=f"remove-{spec.key}")

@@ -1,9 +1,11 @@
 """The local executor: the model's steps run as host processes in its work folder.
 
-Each step runs in its own session and carries a cookie in its environment, so a timeout, Ctrl-C,
-SIGTERM or an abort ends every process of the step and nothing else, the workers a launcher
-started in sessions of their own included (:mod:`madengine.execution.proctree`). Its processes
-also carry the run id (``MAD_RUN_ID``) and their owner (``MADENGINE_OWNER``,
+Each step runs in its own session; when its main process ends, what is left of its process group
+is killed (a daemon a pre-script started in a session of its own lives on, for its post-script).
+Every process of the run carries the run's cookie in its environment, so a timeout, Ctrl-C, SIGTERM
+or an abort ends every process of the run and nothing else, the workers a launcher started in
+sessions of their own included, and so does the run's end (:mod:`madengine.execution.proctree`).
+Its processes also carry the run id (``MAD_RUN_ID``) and their owner (``MADENGINE_OWNER``,
 :mod:`madengine.core.owner`), so what a madengine killed by SIGKILL left running is stopped by the
 next run or ``madengine clean``.
 """
@@ -24,7 +26,7 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.provenance import Probe, ProbeCache, probe_local
 from madengine.execution.plan import local_key
-from madengine.execution.proctree import COOKIE_VAR, end_step, handle, new_cookie, running_ranks
+from madengine.execution.proctree import COOKIE_VAR, end_step, handle, run_cookie, running_ranks
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 _KILL_GRACE = 5.0
@@ -58,9 +60,12 @@ class LocalExecutor:
 
     def start(self, spec: RunSpec) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
+        run_cookie(spec.env)
 
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
-        return None
+        """The run is over: whatever of it still runs (a launcher's workers left by a launcher that
+        died, a daemon no post-script stopped) is ended."""
+        end_step(None, run_cookie(spec.env), _KILL_GRACE)
 
     def close(self) -> None:
         return None
@@ -86,7 +91,7 @@ class LocalExecutor:
         started = time.monotonic()
         if spec.cpus:  # a --parallel slot: this thread's affinity, which the step's processes inherit
             os.sched_setaffinity(0, spec.cpus)
-        cookie = new_cookie()
+        cookie = run_cookie(spec.env)
         try:
             proc = subprocess.Popen(step.argv, cwd=cwd, env={**self._env(spec, step), COOKIE_VAR: cookie},
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -96,9 +101,9 @@ class LocalExecutor:
         running = _Running(spec.run_id, proc, cookie)
         with self._lock:
             self._running[proc.pid] = running
-        # the step ends with its main process: whatever it left (launchers' workers in sessions of
-        # their own too, which may hold the output pipe open) is killed then
-        threading.Thread(target=running.end_leftovers, name=f"step-{proc.pid}", daemon=True).start()
+        # the step ends with its main process: whatever it left in its process group (which may hold
+        # the output pipe open) is killed then; _pump never waits on the pipe without end either
+        threading.Thread(target=running.end_group_after, name=f"step-{proc.pid}", daemon=True).start()
         try:
             with deadline(timeout, running.end) as timed_out:
                 _pump(proc, sink)
@@ -130,7 +135,7 @@ class LocalExecutor:
 
 
 class _Running:
-    """A step's main process and the cookie its processes carry; :meth:`end` ends all of them."""
+    """A step's main process and the cookie of its run; :meth:`end` ends every process of the run."""
 
     def __init__(self, run_id: str, proc: subprocess.Popen, cookie: str) -> None:
         self.run_id = run_id
@@ -142,8 +147,8 @@ class _Running:
         self._ended = threading.Lock()
 
     def end(self) -> None:
-        """Timeout, Ctrl-C, SIGTERM, abort: the ranks still running are noted, then the whole step
-        is ended (SIGTERM, then SIGKILL after the grace period)."""
+        """Timeout, Ctrl-C, SIGTERM, abort: the ranks still running are noted, then every process of
+        the run is ended (SIGTERM, then SIGKILL after the grace period)."""
         if self._ended.acquire(blocking=False):  # the first caller notes the ranks
             self.ranks = running_ranks(self.main, self.cookie)
         end_step(self.main, self.cookie, _KILL_GRACE)
@@ -152,10 +157,13 @@ class _Running:
         except subprocess.TimeoutExpired:
             pass
 
-    def end_leftovers(self) -> None:
-        """Once the main process ended: kill what it left behind."""
+    def end_group_after(self) -> None:
+        """Once the main process ended: kill what it left in its process group."""
         self.proc.wait()
-        end_step(None, self.cookie, grace=0.0)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _pump(proc: subprocess.Popen, sink: LineSink) -> None:

@@ -1,13 +1,13 @@
-"""Ending a step's processes, all of them: what a launcher started in sessions of its own too.
+"""Ending a run's processes, all of them: what a launcher started in sessions of its own too.
 
 torchrun and DeepSpeed start their workers with sessions of their own, so ending the step's process
-group misses them (and they keep the step's output pipe open). A step's processes are found two
+group misses them (and they keep the step's output pipe open). A run's processes are found two
 ways, and collected before anything is signalled:
 
-* the tree under its main process (``psutil`` ``children(recursive=True)``);
-* every process whose environment carries the step's cookie (``MADENGINE_STEP=<id>``, which every
-  process the step starts inherits): those whose parent already died and who were re-parented are
-  found too, as Jenkins finds a build's processes. ``/proc/<pid>/environ`` is the environment a
+* the tree under the main process of its step in flight (``psutil`` ``children(recursive=True)``);
+* every process whose environment carries the run's cookie (``MADENGINE_RUN_COOKIE=<id>``, in the run's
+  environment, so every process of every step inherits it): those whose parent already died and
+  who were re-parented are found too, as Jenkins finds a build's processes. ``/proc/<pid>/environ`` is the environment a
   process started with, readable for the processes of this user (all of them for root); a
   container's processes are found this way when its engine runs on this host.
 
@@ -27,15 +27,20 @@ from typing import Iterable
 
 import psutil
 
-COOKIE_VAR = "MADENGINE_STEP"
+COOKIE_VAR = "MADENGINE_RUN_COOKIE"
 GRACE = 5.0
 #: rounds of collect-and-signal before giving up on processes that will not die (uninterruptible sleep)
 _ROUNDS = 6
 
 
 def new_cookie() -> str:
-    """A value of :data:`COOKIE_VAR` that marks one step's processes."""
+    """A value of :data:`COOKIE_VAR` that marks one run's processes."""
     return uuid.uuid4().hex
+
+
+def run_cookie(env: dict[str, str]) -> str:
+    """The cookie of the run whose environment is ``env`` (``RunSpec.env``), made on first use."""
+    return env.setdefault(COOKIE_VAR, new_cookie())
 
 
 def _environ(pid: int) -> bytes:
@@ -154,4 +159,5 @@ def running_ranks(root: psutil.Process | int | None, cookie: str) -> tuple[int, 
     return tuple(sorted(ranks))
 
 
-__all__ = ["COOKIE_VAR", "end_step", "handle", "marked_pids", "new_cookie", "running_ranks", "step_processes"]
+__all__ = ["COOKIE_VAR", "end_step", "handle", "marked_pids", "new_cookie", "run_cookie", "running_ranks",
+           "step_processes"]
