@@ -208,6 +208,14 @@ def test_the_node_that_failed_first_is_named_first_then_the_others():
     assert row["reason"] == f"{killed} (also {follower}; node 2: {stopped})"
 
 
+def test_a_rank_that_still_ran_names_the_hang_before_a_timeout_that_names_none():
+    waited = "timeout: model ran longer than 40 s; every process of the job was ended"
+    hung = "interrupted by SIGTERM during model; rank 1 (node 1, local rank 0) was still running"
+    [row] = job_rows({0: [_node_row(0, status="FAILURE", reason=waited)],
+                      1: [_node_row(1, status="FAILURE", reason=hung)]}, TWO)
+    assert row["reason"] == f"node 1: {hung} (also node 0: {waited})"
+
+
 def test_a_node_without_a_row_fails_the_job_and_comes_before_those_it_stopped():
     [row] = job_rows({0: [_node_row(0, "1")]}, JobShape("torchrun", 3, 1))
     assert row["status"] == "FAILURE" and row["reason"] == "nodes 1, 2 of 3 wrote no result row"

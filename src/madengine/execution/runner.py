@@ -37,7 +37,8 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import Executor, ImageInfo, Target
 from madengine.execution.options import RunOptions
 from madengine.execution.engine import EngineError
-from madengine.execution.ranks import RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns
+from madengine.execution.ranks import (RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns,
+                                      still_running)
 from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
 from madengine.execution.provenance import Probe, load_notes, precision_columns, reported_precision
 from madengine.execution.streams import LineSink, StepResult, open_log
@@ -457,7 +458,9 @@ class ModelRunner:
         """Why the run of ``step`` means the model failed ('' when it goes on)."""
         which = f" (run {n + 1} of {runs})" if runs > 1 else ""
         if result.interrupted is not None:
-            return f"{self.note_stop(result.interrupted)} during {step.name}{which}"
+            stop = f"{self.note_stop(result.interrupted)} during {step.name}{which}"
+            running = still_running(result.ranks_running, spec.launch) if spec.launch is not None else ""
+            return f"{stop}; {running}" if running else stop
         job = job_failure(spec.launch, spec.workdir, result, f"{step.name}{which}", spec.timeout) \
             if spec.launch is not None and step.is_model else ""
         if job:

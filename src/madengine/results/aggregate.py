@@ -332,11 +332,13 @@ def _failed(row: dict[str, str], reason: str) -> dict[str, str]:
 
 
 def _failure_reason(failed: Mapping[int, str]) -> str:
-    """The failed nodes' reasons, the first failure first: one that names a rank and does not
-    follow another's (a peer gone, a stop from outside), then by node rank."""
+    """The failed nodes' reasons, the first failure first: one that names a rank (a rank that
+    failed, or still ran when the job was ended: the hung one) or a node that could not even
+    record, then one that does not follow another's (a peer gone, a stop from outside), then by
+    node rank."""
     def order(node: int) -> tuple[bool, bool, int]:
         reason = failed[node]
-        return any(mark in reason for mark in _FOLLOWS), not _NAMES_A_RANK.search(reason) and reason != _NO_ROW, node
+        return not (_NAMES_A_RANK.search(reason) or reason == _NO_ROW), any(m in reason for m in _FOLLOWS), node
 
     def said(node: int) -> str:
         reason = failed[node] or "failed"
