@@ -173,10 +173,12 @@ def test_a_failed_rank_is_named_with_the_last_line_of_its_own_stderr(tmp_path):
     assert failed_rank("Traceback ...\nRuntimeError: no launcher summary", tmp_path, launch) == ""
 
 
-def test_the_tail_skips_frames_launcher_lines_and_figures():
+def test_the_tail_skips_frames_launcher_lines_figures_and_the_teardown():
     text = "[rank0]: RuntimeError: real error\n[rank0]:   File \"a.py\", line 3\n  traceback : To enable traceback " \
-           "see: https://x\n============\nperformance: 3 x\n"
+           "see: https://x\n============\nperformance: 3 x\nterminate called without an active exception\n"
     assert tail_line(text) == "RuntimeError: real error"
+    thrown = "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: out of memory\n"
+    assert tail_line(thrown) == "what():  CUDA error: out of memory"
 
 
 def test_ranks_still_running_read_as_words(tmp_path):

@@ -37,6 +37,9 @@ _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(
 #: the prefix torch puts before each line of a rank's exception ("[rank1]: "), and torchrun
 #: before each line a rank prints when it tees them to the console ("[default1]:")
 _RANK_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:\s?)+")
+#: what a process says as it is torn down after the error (a C++ thread still running at exit):
+#: never the error itself
+_TEARDOWN = re.compile(r"^terminate called without an active exception$|^Aborted( \(core dumped\))?$")
 #: torchrun's own lines around a failure, which say nothing about the error itself
 _LAUNCHER_NOISE = re.compile(r"To enable traceback see|ChildFailedError|^\S+ FAILED$|^Root Cause|^Failures:|"
                              r"<NO_OTHER_FAILURES>|^\[\d+\]:$|^(time|host|rank|exitcode|error_file|traceback)\s*:|"
@@ -108,7 +111,7 @@ def tail_line(text: str, limit: int = 300) -> str:
     for raw in reversed(text.splitlines()):
         line = _clean(raw)
         if not line or line.startswith(("File \"", "Traceback", "^", "~")) or not any(c.isalnum() for c in line) \
-                or _LAUNCHER_NOISE.search(line) or PERFORMANCE_LINE.search(line):
+                or _LAUNCHER_NOISE.search(line) or _TEARDOWN.match(line) or PERFORMANCE_LINE.search(line):
             continue
         return line if len(line) <= limit else line[:limit - 1] + "…"
     return ""
