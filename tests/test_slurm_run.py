@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_service, run_process
+from conftest import FIXTURES, REPO, require_service, run_process
+from job_helpers import assert_no_marked_process, marked_context, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slurm
@@ -199,6 +200,11 @@ MODELS = [
      "tags": ["sleepy"]},
     {"name": "sl_multi", "dockerfile": "docker/none", "scripts": "scripts/sl/ranks.sh", "n_gpus": "0",
      "distributed": {"nnodes": 2}, "tags": ["multinode"]},
+    # torchrun over gloo on 2 nodes of one rank each (tests/fixtures/torchrun/scripts/ddp)
+    {"name": "sl_torch", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 6", "n_gpus": "0",
+     "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchjob"]},
+    {"name": "sl_torch_hang", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 4 --hang-rank 1",
+     "n_gpus": "0", "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchhang"]},
 ]
 SCRIPTS = {
     "pass.sh": 'echo "pass on $(hostname): $*"\necho "performance: $2 items/s"\n',
@@ -212,6 +218,7 @@ CONTEXT = json.dumps({"slurm": {"executor": "local", "poll_interval": 0.3}})
 
 def _write_repo(root: Path) -> Path:
     (root / "scripts" / "sl").mkdir(parents=True)
+    shutil.copytree(FIXTURES / "torchrun" / "scripts" / "ddp", root / "scripts" / "ddp")
     (root / "models.json").write_text(json.dumps(MODELS))
     for name, body in SCRIPTS.items():
         (root / "scripts" / "sl" / name).write_text("#!/usr/bin/env bash\n" + body)
@@ -274,10 +281,15 @@ def test_multi_node_model_gets_its_own_job_with_rendezvous_env(slurm_repo, cli):
     result = cli("run", "--tags", "multinode", "--executor", "slurm", "--partition", "multi", "-c", CONTEXT)
     assert result.code == 0, result
     rows = read_rows(slurm_repo / "perf.csv")
-    assert [(r["model"], r["status"], r["performance"]) for r in rows] == [("sl_multi", "SUCCESS", "10")]  # rank 0
+    # one row of the job: the nodes' figures (10 and 11 'nodes', a name no rule knows) summed
+    assert [(r["model"], r["status"], r["performance"]) for r in rows] == [("sl_multi", "SUCCESS", "21.0")]
+    assert (rows[0]["nnodes"], rows[0]["node_n"], rows[0]["node_performance"]) == ("2", "2", "[10.0, 11.0]")
     log = Path(rows[0]["artifacts"].split(",")[-1]).read_text()
     assert "rank 0 of 2 via 127.0.0.1:29500 collect=true" in log
     assert "rank 1 of 2 via 127.0.0.1:29500 collect=false" in log
+    for node in (0, 1):  # each node's own log, apart from the job's
+        node_log = next((slurm_repo / "slurm_results").glob(f"*/tasks/*-sl_multi/node-{node}/runs/*/*/run.log"))
+        assert f"rank {node} of 2" in node_log.read_text()
 
 
 def test_cancelled_job_is_a_failure_row_and_merges_once(slurm_repo, slurm_cluster, cli):
@@ -335,6 +347,105 @@ def test_task_over_its_time_limit_is_a_timeout_row(timeout_job, cli, monkeypatch
     row = read_rows(repo / "perf.csv")[0]
     assert row["model"] == "sl_sleep" and row["status"] == "FAILURE"
     assert row["reason"].startswith("timeout: the Slurm time limit (00:01:00) was reached"), row["reason"]
+
+
+# -- torchrun on two nodes ---------------------------------------------------------------------------
+def _torch_context(mark: str, executor: str = "local") -> str:
+    return json.dumps(marked_context(mark, slurm={"executor": executor, "poll_interval": 0.3,
+                                                  "master_port": _free_port()}))
+
+
+def _job_left(slurm_cluster, row: dict[str, str]) -> str:
+    return slurm_cluster.run("squeue", "-h", "-j", row["slurm_job_id"]).stdout.strip()
+
+
+def test_torchrun_on_two_nodes_is_one_row_with_world_size_two(slurm_repo, slurm_cluster, cli):
+    pytest.importorskip("torch")
+    mark = new_mark()
+    result = cli("run", "--tags", "torchjob", "--executor", "slurm", "--partition", "multi",
+                 "-c", _torch_context(mark))
+    assert result.code == 0, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert (row["model"], row["status"], row["metric"]) == ("sl_torch", "SUCCESS", "samples_per_second")
+    assert (row["launcher"], row["world_size"], row["nnodes"], row["nproc_per_node"]) == ("torchrun", "2", "2", "1")
+    nodes = json.loads(row["node_performance"])
+    assert row["node_aggregation"] == "sum" and row["node_n"] == "2" and float(row["node_cv"]) >= 0
+    assert len(nodes) == 2 and float(row["performance"]) == pytest.approx(sum(nodes), rel=1e-12)
+    task = next((slurm_repo / "slurm_results").glob("*/tasks/*-sl_torch"))
+    for node in (0, 1):  # each node's log and its rank's own files, kept apart
+        [rank_out] = task.glob(f"node-{node}/runs/*/*/ranks/node-{node}/rank-{node}/stdout.log")
+        assert f"rank {node} of 2: 6 steps" in rank_out.read_text()
+    assert_no_marked_process(mark)
+    assert _job_left(slurm_cluster, row) == ""
+
+
+@pytest.mark.docker
+def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, slurm_cluster, cli, docker_client):
+    """Each node's madengine runs its rank in a container of its own, on the host's network (the
+    other node reaches its rendezvous), in the repository's torch image."""
+    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
+                          timeout=900)
+    require_service("the pyt image's wheels", done.returncode == 0, done.stderr[-400:])
+    models = json.loads((slurm_repo / "models.json").read_text())
+    torch_model = next(m for m in models if m["name"] == "sl_torch")
+    models.append(dict(torch_model, name="tr_sl_docker", tags=["torchdocker"], dockerfile="docker/pyt",
+                       dockercontext=str(REPO / "wheels" / "pyt")))
+    (slurm_repo / "models.json").write_text(json.dumps(models))
+    (slurm_repo / "docker").mkdir(exist_ok=True)
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", slurm_repo / "docker" / "pyt.Dockerfile")
+    mark = new_mark()
+    try:
+        # built once here: the nodes then find the image up to date instead of building it at once
+        assert cli("build", "--tags", "torchdocker").code == 0
+        result = cli("run", "--tags", "torchdocker", "--executor", "slurm", "--partition", "multi",
+                     "-c", _torch_context(mark, executor="docker"))
+        assert result.code == 0, result
+        [row] = read_rows(slurm_repo / "perf.csv")
+        assert (row["status"], row["world_size"], row["nnodes"], row["node_n"]) == ("SUCCESS", "2", "2", "2"), row
+        assert row["image_id"].startswith("sha256:")
+        assert_no_marked_process(mark)
+        assert not [c.name for c in docker_client.containers.list(all=True) if "tr_sl_docker" in c.name]
+    finally:
+        for image in docker_client.images.list():
+            for tag in image.tags:
+                if tag.startswith("ci-tr_sl_docker"):
+                    docker_client.images.remove(tag, force=True)
+
+
+def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
+    pytest.importorskip("torch")
+    mark = new_mark()
+    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "40",
+                 "-c", _torch_context(mark))
+    assert result.code == 1, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert row["status"] == "FAILURE" and row["world_size"] == "2"
+    # node 1's own timeout names its hung rank; or node 0's came first (its rank had finished) and
+    # Slurm ended node 1, whose reason names the rank still running then: node 1 comes first either way
+    first = row["reason"].split(" (also ")[0]
+    assert first.startswith("node 1: ") and "rank 1 (node 1, local rank 0) was still running" in first, row["reason"]
+    assert_no_marked_process(mark)
+    assert _job_left(slurm_cluster, row) == ""
+
+
+def test_cancelling_a_multi_node_job_leaves_no_rank_and_no_step_behind(slurm_repo, slurm_cluster, cli):
+    """What Ctrl-C of the submitting madengine does (scancel) while a rank hangs on the second node."""
+    pytest.importorskip("torch")
+    mark = new_mark()
+    submitted = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--no-wait",
+                    "-c", _torch_context(mark))
+    assert submitted.code == 0, submitted
+    job_id = re.search(r"submitted Slurm job (\d+)", submitted.stderr).group(1)
+    pattern = "slurm_results/*/tasks/*/node-1/runs/*/*/work/madengine_ranks/node-1/*/attempt_0/0/stdout.log"
+    _wait_for(lambda: any("rank 1 hangs" in log.read_text() for log in slurm_repo.glob(pattern)), timeout=180)
+    slurm_cluster.run("scancel", job_id)
+    _wait_for(lambda: slurm_cluster.run("squeue", "-h", "-j", job_id).stdout.strip() == "", timeout=60)
+    assert_no_marked_process(mark)
+    result = cli("report", "collect", "--job", job_id, "--poll-interval", "0.3")
+    assert result.code == 1, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert row["status"] == "FAILURE" and row["model"] == "sl_torch_hang"
+    assert "interrupted by SIGTERM" in row["reason"] or row["reason"].startswith("cancelled"), row["reason"]
 
 
 def _wait_for(condition, timeout: float = 120) -> None:

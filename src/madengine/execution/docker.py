@@ -43,6 +43,7 @@ from madengine.execution.build import last_line
 from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
 from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError, EngineTimeout, Stream
 from madengine.execution.executor import ImageInfo, ImageSource, Target
+from madengine.execution.proctree import run_cookie, running_ranks
 from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
@@ -81,6 +82,8 @@ class DockerExecutor:
         self.images = images
         self.probes = probes or ProbeCache(None)
         self._containers: dict[str, _Container] = {}
+        #: the ranks still running when a run's container was killed, by run key
+        self._ranks: dict[str, tuple[int, ...]] = {}
         self._removals: list[threading.Thread] = []
         self._unremoved: list[_Container] = []
         #: the engine stopped answering during this run: clean-up does not wait on it call by call
@@ -146,6 +149,8 @@ class DockerExecutor:
                         devices.append(device_mapping(path))
             host_config["Devices"] = devices
             host_config["GroupAdd"] = [str(g) for g in sorted(groups)]
+        if spec.launch is not None:  # the model's own options (below) win
+            host_config.update(job_host_config(spec.launch.nproc_per_node, spec.launch.nnodes))
         top, fields = engine_fields(extra)
         for key in ("Devices", "GroupAdd", "CapAdd", "SecurityOpt"):
             if key in fields:
@@ -159,6 +164,7 @@ class DockerExecutor:
     def start(self, spec: RunSpec) -> None:
         """Create and start the run's container; one that was created but could not start is
         removed again (the runner stops only what started)."""
+        run_cookie(spec.env)  # every process in the container carries it: its ranks are found from here
         try:
             self._start(spec)
         except BaseException:
@@ -191,7 +197,7 @@ class DockerExecutor:
         container = self._containers[spec.key]
         started = time.monotonic()
         try:
-            with deadline(timeout, lambda: self._kill(spec)) as timed_out, self._calls(timeout):
+            with deadline(timeout, lambda: self._end_job(spec)) as timed_out, self._calls(timeout):
                 # the log follows from the container's start to its exit (attaching could miss output
                 # written before it, and waits forever on a container that already ended)
                 stream = engine.logs(container.id, _answer_by(started, timeout))
@@ -200,14 +206,15 @@ class DockerExecutor:
                         sink.feed(chunk)
                 info = _ended(engine, container.id)
         except KeyboardInterrupt as exc:
-            self._kill(spec)
+            self._end_job(spec)
             sink.close()
-            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc,
+                              ranks_running=self._ranks.pop(spec.key, ()))
         sink.close()
         state = info.get("State") or {}
         duration = _engine_duration(state) or time.monotonic() - started
         if timed_out.is_set():
-            return StepResult(None, duration, sink.text(), timed_out=True)
+            return StepResult(None, duration, sink.text(), timed_out=True, ranks_running=self._ranks.pop(spec.key, ()))
         cause = "out of memory: the kernel's OOM killer stopped the model" + _limit_text(_memory_limit(info)) \
             if state.get("OOMKilled") else ""
         return StepResult(state.get("ExitCode"), duration, sink.text(), cause=cause)
@@ -223,14 +230,15 @@ class DockerExecutor:
                 stream = engine.exec_start(exec_id, _answer_by(started, timeout))
         except EngineError as exc:
             return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(exc.message))}")
-        with deadline(timeout, lambda: self._kill(spec)) as timed_out, self._heartbeat(stream):
+        with deadline(timeout, lambda: self._end_job(spec)) as timed_out, self._heartbeat(stream):
             try:
                 for chunk in stream:
                     sink.feed(chunk)
             except KeyboardInterrupt as exc:
-                self._kill(spec)
+                self._end_job(spec)
                 sink.close()
-                return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+                return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc,
+                                  ranks_running=self._ranks.pop(spec.key, ()))
             except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
                 if isinstance(exc, TimeoutError) or not timed_out.is_set():
                     if is_engine_gone(exc):
@@ -239,7 +247,7 @@ class DockerExecutor:
         sink.close()
         duration = time.monotonic() - started
         if timed_out.is_set():
-            return StepResult(None, duration, sink.text(), timed_out=True)
+            return StepResult(None, duration, sink.text(), timed_out=True, ranks_running=self._ranks.pop(spec.key, ()))
         with self._calls():
             info = self._finished(exec_id)
             code = info.get("ExitCode") if info else None
@@ -272,6 +280,13 @@ class DockerExecutor:
         where = f"at the container's memory limit of {_mib(limit)}" if limit else \
             "with no container memory limit (the host ran out)"
         return f"out of memory: the kernel's OOM killer stopped the model {where}"
+
+    def _end_job(self, spec: RunSpec) -> None:
+        """Timeout or interrupt: note the ranks still running (seen from this host when the engine
+        runs here), then kill the container, which ends every process in it."""
+        if spec.launch is not None:
+            self._ranks[spec.key] = running_ranks(None, run_cookie(spec.env))
+        self._kill(spec)
 
     def _kill(self, spec: RunSpec) -> None:
         """Kill the run's container (a timeout, Ctrl-C); an engine that does not take the kill is
@@ -384,6 +399,32 @@ class DockerExecutor:
     def _engine(self) -> Engine:
         assert self.client is not None, "a DockerExecutor without an engine only builds container bodies"
         return self.client
+
+
+#: /dev/shm of a distributed job's container: per rank, at least, and at most this share of the host's memory
+SHM_PER_RANK = 1 << 30
+SHM_LEAST = 2 << 30
+SHM_HOST_SHARE = 0.5
+
+
+def job_host_config(nproc_per_node: int, nnodes: int) -> dict[str, Any]:
+    """The container of one node of a distributed job holds all its ranks. PyTorch's data-loader
+    workers and its shared-memory transports (gloo, NCCL within a node) need more than docker's
+    64 MiB ``/dev/shm``: a private IPC namespace (never the host's) with 1 GiB per rank, at least 2
+    GiB, at most half the host's memory (a limit: only what is written takes memory). A job of
+    several nodes uses the host's network, so the other nodes reach its rendezvous and its ranks;
+    no capability or device is added."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        memory = 0
+    size = max(SHM_LEAST, SHM_PER_RANK * nproc_per_node)
+    if memory:
+        size = min(size, int(memory * SHM_HOST_SHARE))
+    fields: dict[str, Any] = {"IpcMode": "private", "ShmSize": size}
+    if nnodes > 1:
+        fields["NetworkMode"] = "host"
+    return fields
 
 
 class _Container:
