@@ -28,6 +28,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from madengine.bench.entry import bench
 from madengine.bench.pytorch.results import (
     BackendResult, BuildInfo, ModelInfo, ModelResult, ScriptBenchSummary, ScriptResult, TensorInfo,
 )
@@ -77,29 +78,6 @@ def run(tags: Sequence[str], *, perf_csv: str | Path, root: str | Path | None = 
                          repeat=repeat, warmup_runs=warmup_runs, trace=trace)
     host = Host(environ=os.environ if environ is None else environ, argv=("api.run", *tags))
     return run_pipeline(RunRequest(run=options, parallel=ParallelOptions(workers=parallel)), host, reporter)
-
-
-def bench(models: Sequence[str | Path], *, perf_csv: str | Path, runs_dir: str | Path | None = None,
-          providers: Sequence[str] = ("cpu",), batch_size: int | None = None, axes: Mapping[str, int] | None = None,
-          warmup: int = 10, iterations: int | None = None, min_time: float | None = None, threads: int | None = None,
-          metric: str = "throughput", profile: bool = False, environ: Mapping[str, str] | None = None,
-          trace: bool = True, reporter: Reporter | None = None) -> Any:
-    """Benchmark ONNX models on ONNX Runtime, as ``madengine bench``; rows go to ``perf_csv``,
-    result JSON, profiles and trace.json (``trace=False``: none) to ``runs_dir`` (default:
-    ``madengine_runs`` beside ``perf_csv``).
-    Returns the :class:`madengine.bench.BenchSummary` (``outcomes`` with their records and stats)."""
-    import os
-
-    from madengine.bench import BenchRequest, run_bench
-
-    perf_csv = Path(perf_csv)
-    request = BenchRequest(models=[str(m) for m in models], providers=list(providers), batch_size=batch_size,
-                           axes=[f"{k}={v}" for k, v in (axes or {}).items()], warmup=warmup, iterations=iterations,
-                           min_time=min_time, threads=threads, metric=metric, profile=profile, output=perf_csv,
-                           runs_dir=Path(runs_dir) if runs_dir is not None else perf_csv.parent / "madengine_runs",
-                           command_line="madengine.bench", environ=dict(os.environ if environ is None else environ),
-                           trace=trace)
-    return run_bench(request, reporter)
 
 
 def read_results(perf_csv: str | Path) -> "Results":

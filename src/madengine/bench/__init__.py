@@ -6,7 +6,6 @@ The timing itself lives in the portable :mod:`madengine.bench.harness` (no maden
 both paths run. Nothing here imports numpy or onnxruntime at import time.
 """
 
-import importlib
 import sys
 import types
 
@@ -20,11 +19,13 @@ __all__ = ["BENCH_COLUMNS", "BenchOutcome", "BenchRequest", "BenchSummary", "Mod
 class _CallablePackage(types.ModuleType):
     """``madengine.bench`` is both this package and the Python API's ``bench()`` function: once any
     ``madengine.bench.*`` module is imported, Python makes the package the ``madengine.bench``
-    attribute, so the package itself answers the call (:func:`madengine.api.bench`)."""
+    attribute, so the package itself answers the call (:func:`madengine.bench.entry.bench`, which
+    :mod:`madengine.api` offers too)."""
 
     def __call__(self, *args, **kwargs):
-        # importlib keeps the API (a layer above bench) out of bench's import graph
-        return importlib.import_module("madengine.api").bench(*args, **kwargs)
+        from madengine.bench.entry import bench
+
+        return bench(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallablePackage

@@ -18,6 +18,7 @@ from madengine.context.detect import VENDORS, detect_gpus, detect_host_os
 from madengine.core.errors import ContextError
 from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
 from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
+from madengine.launch.spec import check_block
 
 DEFAULT_GUEST_OS = "UBUNTU"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -154,6 +155,8 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
                 raise ContextError(f"must be an integer of {least} or more, got {brief(values[key])}", path=source,
                                    field=key)
             values[key] = number
+    if "distributed" in values:  # the one place a context's launcher block is read (docs/distributed.md)
+        values["distributed"] = check_block(values["distributed"], source=source)
     return values
 
 
@@ -199,6 +202,11 @@ class Context:
     @property
     def docker_mounts(self) -> dict[str, str]:
         return self.values["docker_mounts"]
+
+    @property
+    def distributed(self) -> dict[str, Any]:
+        """The context's ``distributed`` block, checked (empty when none)."""
+        return self.values.get("distributed") or {}
 
     def summary(self) -> dict[str, Any]:
         """The values that describe where a result was measured (recorded with every row)."""

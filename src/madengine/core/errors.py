@@ -96,6 +96,11 @@ class ConfigError(InputError):
     """A configuration file (data.json, tools.json, credential.json, manifest) is malformed."""
 
 
+class LaunchError(InputError):
+    """A ``distributed`` block (models.json or context) is malformed, or asks for what the host or
+    executor cannot give: an unknown launcher, too few nodes, more ranks than devices, a taken port."""
+
+
 class CredentialError(InputError):
     """Credentials are missing, malformed or refused."""
 

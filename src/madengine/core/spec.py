@@ -58,6 +58,11 @@ class RunSpec:
     #: the run is exactly one execution of one step (no pre/post-scripts, no repeats): an executor
     #: may run it as the container's own process instead of a step inside a waiting container
     one_shot: bool = False
+    #: texts written into the work folder before the steps run, by path relative to it (the
+    #: DeepSpeed hostfile of a distributed job)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: a distributed job's launch on this node (``madengine.launch.NodeLaunch``; None otherwise)
+    launch: Any = None
     #: called after the steps ran and files were collected; each returns extra perf row values
     #: (standard column names set the column, other names become extra columns at the end)
     finalizers: list[Callable[["RunSpec"], dict[str, Any]]] = dataclasses.field(default_factory=list)

@@ -24,15 +24,26 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from madengine.database.rows import IDENTITY_COLUMN
 from madengine.results.columns import Status
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 
-if TYPE_CHECKING:
-    from madengine.database.sql import SqlStore
+
+class SqlStore(Protocol):
+    """What the summaries use of a :class:`madengine.database.sql.SqlStore` (which calls them on
+    insert: a protocol here, not an import, keeps the two modules out of a circle)."""
+
+    table: str
+    dialect: Any
+    connection: Any
+
+    def _sql(self, text: str) -> str: ...
+
+    def _execute(self, text: str, params: Sequence[Any] = ()) -> Any: ...
+
 
 IDS_SUFFIX = "_ids"
 RUNS_SUFFIX = "_runs"

@@ -23,6 +23,9 @@ _VALUE_OPTIONS = {"--shm-size": "shm_size", "--ipc": "ipc_mode", "--network": "n
 _FLAG_OPTIONS = {"--privileged": "privileged", "--init": "init", "--read-only": "read_only"}
 
 
+_OTHER_OPTIONS = ("-e", "--env", "-v", "--volume", "--ulimit", "--gpus")
+
+
 def parse_run_options(text: str) -> dict[str, Any]:
     """``'--shm-size 8G --cap-add SYS_PTRACE -e A=1'`` → ``{'shm_size': '8G', 'cap_add': [...], ...}``."""
     try:
@@ -32,62 +35,60 @@ def parse_run_options(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     i = 0
     while i < len(tokens):
-        token = tokens[i]
-        name, sep, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-
-        def value() -> str:
-            nonlocal i
-            if sep:
-                return inline
-            i += 1
-            if i >= len(tokens):
-                raise ExecutionError(f"additional_docker_run_options: {name} needs a value")
-            return tokens[i]
-
+        name, sep, inline = tokens[i].partition("=") if tokens[i].startswith("--") else (tokens[i], "", "")
         if name in _FLAG_OPTIONS:
             out[_FLAG_OPTIONS[name]] = True
-        elif name in _LIST_OPTIONS:
-            key = _LIST_OPTIONS[name]
-            item = value()
-            if key == "tmpfs":
-                path, _, opts = item.partition(":")
-                out.setdefault("tmpfs", {})[path] = opts
-            else:
-                out.setdefault(key, []).append(item)
-        elif name in _VALUE_OPTIONS:
-            key = _VALUE_OPTIONS[name]
-            item = value()
-            if key == "nano_cpus":
-                out[key] = int(_number(name, item, float, "a number of CPUs, e.g. 2 or 1.5") * 1e9)
-            elif key == "pids_limit":
-                out[key] = _number(name, item, int, "a whole number of processes, or -1 for no limit")
-            elif key in _BYTE_VALUES:
-                out[key] = _bytes(name, item)
-            else:
-                out[key] = item
-        elif name in ("-e", "--env"):
-            key, _, val = value().partition("=")
-            out.setdefault("environment", {})[key] = val
-        elif name in ("-v", "--volume"):
-            spec = value().split(":")
-            if len(spec) < 2:
-                raise ExecutionError(f"additional_docker_run_options: volume '{':'.join(spec)}' needs host:container")
-            mode = spec[2] if len(spec) > 2 else "rw"
-            out.setdefault("volumes", {})[spec[0]] = {"bind": spec[1], "mode": mode}
-        elif name == "--ulimit":
-            uname, _, limits = value().partition("=")
-            soft, _, hard = limits.partition(":")
-            what = "<name>=<soft>[:<hard>] with whole numbers, e.g. nofile=1024:4096"
-            out.setdefault("ulimits", []).append((uname, _number(name, soft, int, what),
-                                                  _number(name, hard or soft, int, what)))
-        elif name == "--gpus":
-            out["gpus"] = value()
+        elif name in _LIST_OPTIONS or name in _VALUE_OPTIONS or name in _OTHER_OPTIONS:
+            if not sep:  # the value is the next word
+                i += 1
+                if i >= len(tokens):
+                    raise ExecutionError(f"additional_docker_run_options: {name} needs a value")
+            _take(out, name, inline if sep else tokens[i])
         else:
             raise ExecutionError(f"additional_docker_run_options: unsupported option '{name}'",
                                  hint="supported: " + ", ".join(sorted({*_LIST_OPTIONS, *_VALUE_OPTIONS, *_FLAG_OPTIONS,
-                                                                        '-e', '-v', '--ulimit', '--gpus'})))
+                                                                        *_OTHER_OPTIONS} - {"--env", "--volume"})))
         i += 1
     return out
+
+
+def _take(out: dict[str, Any], name: str, item: str) -> None:
+    """Option ``name`` with its value ``item`` into the parsed values."""
+    if name in _LIST_OPTIONS:
+        key = _LIST_OPTIONS[name]
+        if key == "tmpfs":
+            path, _, opts = item.partition(":")
+            out.setdefault("tmpfs", {})[path] = opts
+        else:
+            out.setdefault(key, []).append(item)
+    elif name in _VALUE_OPTIONS:
+        out[_VALUE_OPTIONS[name]] = _value(name, _VALUE_OPTIONS[name], item)
+    elif name in ("-e", "--env"):
+        key, _, val = item.partition("=")
+        out.setdefault("environment", {})[key] = val
+    elif name in ("-v", "--volume"):
+        spec = item.split(":")
+        if len(spec) < 2:
+            raise ExecutionError(f"additional_docker_run_options: volume '{item}' needs host:container")
+        out.setdefault("volumes", {})[spec[0]] = {"bind": spec[1], "mode": spec[2] if len(spec) > 2 else "rw"}
+    elif name == "--ulimit":
+        uname, _, limits = item.partition("=")
+        soft, _, hard = limits.partition(":")
+        what = "<name>=<soft>[:<hard>] with whole numbers, e.g. nofile=1024:4096"
+        out.setdefault("ulimits", []).append((uname, _number(name, soft, int, what),
+                                              _number(name, hard or soft, int, what)))
+    else:  # --gpus
+        out["gpus"] = item
+
+
+def _value(name: str, key: str, item: str) -> Any:
+    if key == "nano_cpus":
+        return int(_number(name, item, float, "a number of CPUs, e.g. 2 or 1.5") * 1e9)
+    if key == "pids_limit":
+        return _number(name, item, int, "a whole number of processes, or -1 for no limit")
+    if key in _BYTE_VALUES:
+        return _bytes(name, item)
+    return item
 
 
 _BYTE_VALUES = ("shm_size", "mem_limit", "memswap_limit")

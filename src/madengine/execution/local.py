@@ -39,7 +39,7 @@ class LocalExecutor:
         return None
 
     def workspace(self, spec: RunSpec) -> str:
-        return str(spec.workdir)
+        return str(spec.workdir.absolute())  # scripts run in the work folder: a relative path would miss
 
     def probe(self, spec: RunSpec) -> Probe:
         step = next((s for s in spec.steps if s.is_model), Step("model", []))

@@ -6,6 +6,7 @@ fills it with.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import shutil
@@ -14,8 +15,11 @@ from typing import Mapping
 
 from madengine.catalog.schema import Model
 from madengine.context.context import Context
-from madengine.core.errors import ExecutionError
-from madengine.core.spec import Step
+from madengine.core.errors import ExecutionError, LaunchError
+from madengine.core.spec import CONTAINER_WORKSPACE, Step
+from madengine.launch import DEFAULT_PORT, DistributedSpec, NodeLaunch, NodePlacement, node_launch
+from madengine.launch.ports import check_port_free, free_port
+from madengine.launch.spec import check_block, merge_blocks, spec_from_block
 
 #: host variables handed to the model when set (distributed launchers and GPU pinning rely on them)
 PASSTHROUGH_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "NNODES", "NPROC_PER_NODE",
@@ -60,13 +64,24 @@ def parse_gpu_list(text: str) -> list[int]:
     return sorted(set(ids))
 
 
-def resolve_gpus(model: Model, context: Context) -> list[int]:
-    """The GPU indices a run gets: ``n_gpus`` of the available ones (-1 = all)."""
+def available_gpus(context: Context) -> list[int]:
+    """The GPU indices runs may use: the context's ``docker_gpus``, else every detected GPU."""
     if context.gpu_vendor == "CPU":
         return []
-    available = parse_gpu_list(context.get("docker_gpus")) if context.get("docker_gpus") is not None \
-        else list(range(context.system_ngpus))
-    wanted = int(context.get("n_gpus", model.n_gpus))
+    if context.get("docker_gpus") is not None:
+        return parse_gpu_list(context.get("docker_gpus"))
+    return list(range(context.system_ngpus))
+
+
+def resolve_gpus(model: Model, context: Context) -> list[int]:
+    """The GPU indices a run gets: ``n_gpus`` of the available ones (-1 = all); a job with a
+    ``distributed`` block that names ``nproc_per_node`` gets one GPU per rank."""
+    if context.gpu_vendor == "CPU":
+        return []
+    available = available_gpus(context)
+    spec = distributed_spec(model, context)
+    wanted = spec.nproc_per_node if spec is not None and spec.nproc_per_node else \
+        int(context.get("n_gpus", model.n_gpus))
     if wanted == -1:
         return available
     if wanted > len(available):
@@ -74,9 +89,104 @@ def resolve_gpus(model: Model, context: Context) -> list[int]:
     return available[:wanted]
 
 
+# -- distributed launchers (madengine.launch) -----------------------------------------------------
+#: the variables that make a run one node of a multi-node job: the executor that starts the node
+#: (the Slurm job script, a Kubernetes pod) sets them in madengine's own environment
+NODE_ENV = ("NNODES", "NODE_RANK", "MASTER_ADDR")
+
+
+def distributed_spec(model: Model, context: Context) -> DistributedSpec | None:
+    """The model's ``distributed`` block with the context's laid over it key by key (the context's
+    was checked when the context was read); None when neither has one. Raises LaunchError."""
+    block = model.extra.get("distributed")
+    overlay = context.distributed
+    if block is None and not overlay:
+        return None
+    where = f"model '{model.name}': distributed"
+    checked = check_block(block, source=model.source, where=where) if block is not None else {}
+    source = f"{model.source} + context" if block is not None and overlay else \
+        (model.source if block is not None else "context")
+    return spec_from_block(merge_blocks(checked, overlay), source=source, where=where)
+
+
+def job_node(environ: Mapping[str, str], spec: DistributedSpec) -> NodePlacement | None:
+    """This run's place in a multi-node job, from the variables of :data:`NODE_ENV` (with
+    ``MASTER_PORT`` and ``MAD_NODE_HOSTS``, a comma list of every node's address, when set);
+    None when they are not all set. Raises LaunchError when they disagree with the spec."""
+    if not all(environ.get(name) for name in NODE_ENV):
+        return None
+    nnodes, rank = environ["NNODES"].strip(), environ["NODE_RANK"].strip()
+    port = environ.get("MASTER_PORT", "").strip()
+    if not (nnodes.isdigit() and rank.isdigit() and (port.isdigit() or not port)):
+        raise LaunchError(f"NNODES={nnodes!r}, NODE_RANK={rank!r}, MASTER_PORT={port!r} are not whole numbers",
+                          path="environment", hint="the executor that starts each node sets them")
+    if int(nnodes) != spec.nnodes:
+        raise LaunchError(f"this node belongs to a job of NNODES={nnodes}, the model asks for nnodes {spec.nnodes}",
+                          path="environment", field="NNODES", hint="make distributed.nnodes and the job's nodes agree")
+    hosts = tuple(h.strip() for h in environ.get("MAD_NODE_HOSTS", "").split(",") if h.strip())
+    return NodePlacement(node_rank=int(rank), master_addr=environ["MASTER_ADDR"].strip(),
+                         master_port=int(port) if port else spec.master_port or DEFAULT_PORT, hosts=hosts)
+
+
+def check_distributed(models: list[Model], context: Context, environ: Mapping[str, str]) -> None:
+    """Bad ``distributed`` blocks are exit 2 before anything is built: a malformed block, more ranks
+    than visible GPUs, or a multi-node job on an executor that runs one node (local, docker)."""
+    visible = available_gpus(context)
+    for model in models:
+        spec = distributed_spec(model, context)
+        if spec is None:
+            continue
+        if visible and spec.nproc_per_node and spec.nproc_per_node > len(visible):
+            raise LaunchError(f"nproc_per_node {spec.nproc_per_node} is more than the {len(visible)} visible GPU(s)",
+                              path=model.source, field=f"model '{model.name}': distributed.nproc_per_node",
+                              hint=f"set it to {len(visible)} or fewer (or change docker_gpus)")
+        node = job_node(environ, spec) if spec.multi_node else NodePlacement()
+        if node is None:
+            raise LaunchError(f"nnodes {spec.nnodes} needs a multi-node executor; this one runs one node",
+                              path=model.source, field=f"model '{model.name}': distributed.nnodes",
+                              hint="use --executor slurm, or set nnodes to 1")
+        try:  # the placement's own checks (parallel sizes, node list), as this node will run it
+            node_launch(spec, dataclasses.replace(node, devices=tuple(visible[:spec.nproc_per_node or len(visible)]),
+                                                  workspace=CONTAINER_WORKSPACE))
+        except LaunchError as exc:
+            raise LaunchError(exc.message, path=model.source, field=f"model '{model.name}': {exc.field}",
+                              hint=exc.hint) from None
+
+
+def check_ports(models: list[Model], context: Context, executor: str, environ: Mapping[str, str]) -> None:
+    """A ``master_port`` that is taken where it is bound: exit 2 before any model runs. Checked on
+    the host for the local executor and on node rank 0 of a multi-node job; a container of the
+    docker executor has a network of its own."""
+    for model in models:
+        spec = distributed_spec(model, context)
+        if spec is None:
+            continue
+        node = job_node(environ, spec) if spec.multi_node else None
+        port = node.master_port if node is not None else spec.master_port
+        if port is not None and (node.node_rank == 0 if node is not None else executor == "local"):
+            check_port_free(port, source=model.source)
+
+
+def plan_launch(model: Model, context: Context, gpu_ids: list[int], workspace: str,
+                environ: Mapping[str, str]) -> NodeLaunch | None:
+    """What this node of the model's job runs (None without a ``distributed`` block): a one-node
+    job rendezvous on this host, at its ``master_port`` or a free port; a node of a multi-node job
+    where :func:`job_node` says. Raises LaunchError."""
+    spec = distributed_spec(model, context)
+    if spec is None:
+        return None
+    node = job_node(environ, spec) if spec.multi_node else None
+    if spec.multi_node and node is None:
+        raise LaunchError(f"nnodes {spec.nnodes} needs a multi-node executor", field="distributed.nnodes")
+    place = node or NodePlacement(master_port=spec.master_port or free_port())
+    place = dataclasses.replace(place, devices=tuple(gpu_ids), workspace=workspace)
+    return node_launch(spec, place)
+
+
 def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, executor: str,
-              environ: Mapping[str, str]) -> dict[str, str]:
-    """The MAD_* variables, context ``docker_env_vars`` and tag configs the model's scripts see."""
+              environ: Mapping[str, str], launch: NodeLaunch | None = None) -> dict[str, str]:
+    """The MAD_* variables, the launcher's (``launch``: ``MAD_MULTI_NODE_RUNNER``, ``MASTER_ADDR``, ...,
+    over the host's), context ``docker_env_vars`` and tag configs the model's scripts see."""
     env = {
         "MAD_MODEL_NAME": model.name,
         "MAD_GPU_VENDOR": context.gpu_vendor,
@@ -96,6 +206,8 @@ def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, e
     for name in PASSTHROUGH_ENV:
         if name in environ:
             env[name] = environ[name]
+    if launch is not None:
+        env.update(launch.env)
     env.update(context.docker_env_vars)
     env.update(tag_config_vars(model))
     return env

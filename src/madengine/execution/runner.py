@@ -37,9 +37,10 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import Executor, ImageInfo, Target
 from madengine.execution.options import RunOptions
 from madengine.execution.engine import EngineError
-from madengine.execution.plan import copy_tree, model_env, resolve_gpus, script_step
+from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
 from madengine.execution.provenance import Probe, load_notes, precision_columns, reported_precision
 from madengine.execution.streams import LineSink, StepResult, open_log
+from madengine.launch import rank_log_subdir
 from madengine.results import PerfRecord, RecordFactory, Status
 from madengine.results.record import WARNING_SEPARATOR
 from madengine.results.identity import tag_configs_text
@@ -266,18 +267,11 @@ class ModelRunner:
 
     def _run_spec(self, model: Model, target: Target, facts: RunFacts, gpu_ids: list[int],
                   cpus: list[int]) -> Iterator[PerfRecord]:
-        artifacts_dir = self.run_dir / target.key
         try:
-            step, script_dir = script_step(model, self.root, model.run_args) if model.scripts else (None, None)
+            spec, script_dir = self._new_spec(model, target, facts, gpu_ids, cpus)
         except MadEngineError as exc:
             yield self.failure(model, str(exc), **facts.values())
             return
-        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
-                       artifacts_dir=artifacts_dir,
-                       env=model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ),
-                       steps=[step] if step else [], timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids,
-                       cpus=cpus, docker_file=target.docker_file,
-                       image=facts.image.run_as if facts.image is not None else "")
         started = False
         try:
             self._prepare_workdir(spec, script_dir)
@@ -319,8 +313,31 @@ class ModelRunner:
                                    f"({'cached' if probe.cached else f'probed in {probe.seconds:.2f} s'})\n")
         return probe
 
+    def _new_spec(self, model: Model, target: Target, facts: RunFacts, gpu_ids: list[int],
+                  cpus: list[int]) -> tuple[RunSpec, Path | None]:
+        """The run of ``target`` and the folder of its script; a distributed job's launch on this
+        node goes into its environment (``MAD_MULTI_NODE_RUNNER``, ``MASTER_ADDR``, ...) and files."""
+        artifacts_dir = self.run_dir / target.key
+        step, script_dir = script_step(model, self.root, model.run_args) if model.scripts else (None, None)
+        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
+                       artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
+                       timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
+                       docker_file=target.docker_file, image=facts.image.run_as if facts.image is not None else "")
+        spec.launch = plan_launch(model, self.context, gpu_ids, self.executor.workspace(spec), self.host.environ)
+        spec.env = model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ,
+                             spec.launch)
+        if spec.launch is not None:
+            spec.files.update(spec.launch.files)
+        return spec, script_dir
+
     def _prepare_workdir(self, spec: RunSpec, script_dir: Path | None) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
+        for relative, text in spec.files.items():
+            path = spec.workdir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        if spec.launch is not None and spec.launch.rank_log_dir:
+            (spec.workdir / rank_log_subdir(spec.launch.node_rank)).mkdir(parents=True, exist_ok=True)
         if spec.model.url:
             from madengine.execution.gitsource import clone
 

@@ -22,12 +22,14 @@ def _uses_tools(context: Context) -> bool:
 
 def check_inputs(models: Sequence[Model], options: RunOptions, context: Context, root: Path,
                  environ: Mapping[str, str]) -> None:
-    """Bad data.json / credential.json / tools.json, an unknown tool, a bad ``repeat`` field: exit 2
-    before any build."""
+    """Bad data.json / credential.json / tools.json, an unknown tool, a bad ``repeat`` field, a bad
+    ``distributed`` block: exit 2 before any build."""
+    from madengine.execution.plan import check_distributed
     from madengine.execution.runner import check_repeat
 
     for model in models:
         check_repeat(model)
+    check_distributed(list(models), context, environ)
     if any(m.data_names or m.cred or m.url for m in models):
         from madengine.data import check_run_inputs
 

@@ -18,6 +18,7 @@ from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
 from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
+from madengine.execution.plan import check_ports
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
@@ -69,6 +70,11 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)
     summary.executor = executor.name
+    try:
+        check_ports(selection.models, context, executor.name, host.environ)
+    except InputError:
+        _close(executor, summary, reporter)
+        raise
     records = RecordFactory(Provenance.of(run_id=summary.run_id, executor=executor.name,
                                           command_line=host.command_line, environ=host.environ,
                                           context=_provenance_context(context), machine_name=machine_name(),

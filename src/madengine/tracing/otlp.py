@@ -242,51 +242,16 @@ def export(spans: Sequence[Span], snapshot: TraceSnapshot, settings: OtlpSetting
             _missing_said.set()
             warn(f"OTLP export needs the OpenTelemetry packages: {INSTALL_HINT}")
         return 0
-    import requests
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import SpanExportResult
-    from opentelemetry.util.re import parse_env_headers
-
-    headers = dict(parse_env_headers(settings.headers, liberal=True)) if settings.headers else None
-    for value in (headers or {}).values():
-        register_secret(value)  # API keys travel in headers; never show them in a warning
-    batch = readable_spans(spans, snapshot, settings, counters)
     outcome: dict[str, Any] = {}
-    session = requests.Session()
-
-    def remember_status(response: Any, *args: Any, **kwargs: Any) -> None:
-        if response.status_code >= 400:  # the SDK logs only its own summary when it gives up
-            outcome["http"] = f"HTTP {response.status_code} {response.reason}".strip()
-
-    session.hooks["response"].append(remember_status)
-    exporter = OTLPSpanExporter(endpoint=settings.endpoint, certificate_file=settings.certificate_file,
-                                client_key_file=settings.client_key_file,
-                                client_certificate_file=settings.client_certificate_file, headers=headers,
-                                timeout=settings.timeout_s, compression=Compression(settings.compression),
-                                session=session)
+    exporter = _exporter(settings, outcome)
+    batch = readable_spans(spans, snapshot, settings, counters)
     captured = _Captured()
     sdk_logger = logging.getLogger("opentelemetry")
     saved = sdk_logger.propagate
     sdk_logger.addHandler(captured)
     sdk_logger.propagate = False
-
-    def send() -> None:
-        try:
-            problem = _check_reachable(settings.endpoint, min(settings.timeout_s, 2.0))
-            if problem:
-                outcome["error"] = problem
-                return
-            outcome["ok"] = exporter.export(batch) is SpanExportResult.SUCCESS
-        except Exception as exc:  # the exporter's failure must never become the run's
-            outcome["error"] = f"{type(exc).__name__}: {exc}"
-
-    worker = threading.Thread(target=send, name="madengine-otlp-export", daemon=True)
     try:
-        worker.start()
-        worker.join(settings.timeout_s + 1.0)
-        if worker.is_alive():
-            outcome.setdefault("error", f"no answer within {settings.timeout_s:g} s")
+        _send_within(exporter, batch, settings, outcome)
     finally:
         exporter.shutdown()  # also cuts short a retry the SDK is waiting to make
         sdk_logger.removeHandler(captured)
@@ -296,3 +261,49 @@ def export(spans: Sequence[Span], snapshot: TraceSnapshot, settings: OtlpSetting
     reason = outcome.get("error") or outcome.get("http") or _sdk_reason(captured.messages)
     warn(redact(f"OTLP export of {len(batch)} span(s) to {settings.endpoint} failed: {reason}"))
     return 0
+
+
+def _exporter(settings: OtlpSettings, outcome: dict[str, Any]) -> Any:
+    """The SDK's OTLP/HTTP span exporter for ``settings``; an HTTP error answer lands in ``outcome``."""
+    import requests
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.util.re import parse_env_headers
+
+    headers = dict(parse_env_headers(settings.headers, liberal=True)) if settings.headers else None
+    for value in (headers or {}).values():
+        register_secret(value)  # API keys travel in headers; never show them in a warning
+    session = requests.Session()
+
+    def remember_status(response: Any, *args: Any, **kwargs: Any) -> None:
+        if response.status_code >= 400:  # the SDK logs only its own summary when it gives up
+            outcome["http"] = f"HTTP {response.status_code} {response.reason}".strip()
+
+    session.hooks["response"].append(remember_status)
+    return OTLPSpanExporter(endpoint=settings.endpoint, certificate_file=settings.certificate_file,
+                            client_key_file=settings.client_key_file,
+                            client_certificate_file=settings.client_certificate_file, headers=headers,
+                            timeout=settings.timeout_s, compression=Compression(settings.compression),
+                            session=session)
+
+
+def _send_within(exporter: Any, batch: Sequence[Any], settings: OtlpSettings, outcome: dict[str, Any]) -> None:
+    """Export ``batch`` on a thread of its own, waiting at most the timeout (and a second): ``ok``
+    or ``error`` in ``outcome``. The exporter's failure must never become the run's."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    def send() -> None:
+        try:
+            problem = _check_reachable(settings.endpoint, min(settings.timeout_s, 2.0))
+            if problem:
+                outcome["error"] = problem
+                return
+            outcome["ok"] = exporter.export(batch) is SpanExportResult.SUCCESS
+        except Exception as exc:
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+
+    worker = threading.Thread(target=send, name="madengine-otlp-export", daemon=True)
+    worker.start()
+    worker.join(settings.timeout_s + 1.0)
+    if worker.is_alive():
+        outcome.setdefault("error", f"no answer within {settings.timeout_s:g} s")

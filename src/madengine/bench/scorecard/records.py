@@ -11,7 +11,7 @@ from madengine.bench.harness.inputs import shapes_text
 from madengine.results import PerfRecord
 
 if TYPE_CHECKING:
-    from madengine.bench.scorecard.runner import Cell, ModelCard, ScorecardRequest, ScorecardSummary
+    from madengine.bench.scorecard.card import Cell, ModelCard, ScorecardRequest, ScorecardSummary
 
 
 def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", summary: "ScorecardSummary",

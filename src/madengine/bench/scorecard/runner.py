@@ -23,7 +23,6 @@ model_step instead. trace.json goes to the run folder after each model (docs/tra
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from pathlib import Path
@@ -32,137 +31,21 @@ from typing import Any, Callable
 from madengine.bench.backends import BACKEND_IDS, CPU_BACKENDS, GPU_BACKENDS
 from madengine.bench.backends.cell import ERROR as CELL_ERROR
 from madengine.bench.backends.cell import RAN, run_cell
-from madengine.bench.correctness import Tolerance, Verdict, compare_outputs
+from madengine.bench.correctness import Tolerance, compare_outputs
 from madengine.bench.harness import HarnessInputError
-from madengine.bench.harness.engine import DEFAULT_WARMUP, sha256_file
-from madengine.bench.harness.inputs import generate, resolve_shapes, shapes_text
-from madengine.bench.recording import Recording
-from madengine.bench.runner import trace_file_text
-from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, RECORD_STATUS, STATUSES, UNSUPPORTED
+from madengine.bench.harness.engine import sha256_file
+from madengine.bench.harness.inputs import generate, resolve_shapes
+from madengine.bench.scorecard.card import (BASELINE, DEFAULT_REFERENCE, Cell, ModelCard, ScorecardRequest,
+                                            ScorecardSummary)
+from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, UNSUPPORTED
 from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.bench.suite import ModelEntry, load_suite
 from madengine.core.errors import ExecutionError, InputError
 from madengine.core.events import Reporter
-from madengine.results import PerfRecord, Status, append_records
+from madengine.results import append_records
 from madengine.results.spans import describe_span
 from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
-
-DEFAULT_REFERENCE = "onnxruntime-cpu-opt-disabled"
-#: the latency ratio's denominator
-BASELINE = "onnxruntime-cpu-opt-disabled"
-
-#: extra perf.csv columns of a scorecard row, in this order
-SCORECARD_COLUMNS = (
-    "backend", "backend_version", "scorecard_status", "reference_backend", "latency_ratio", "check_output",
-    "max_abs_error", "max_rel_error", "atol", "rtol", "operator", "model_sha256", "cpu_model", "threads",
-    "batch_size", "input_shapes", "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv",
-    "latency_min_ms", "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
-    "inferences_per_second", "samples_per_second", "prepare_ms", "first_inference_ms",
-)
-
-
-@dataclasses.dataclass
-class ScorecardRequest(Recording):
-    """Everything ``madengine scorecard`` was asked (the CLI's flags, already typed)."""
-
-    suite: str
-    backends: list[str] | None = None  # None: each model's own list, else the default backends
-    warmup: int = DEFAULT_WARMUP
-    iterations: int | None = None
-    min_time: float | None = None
-    threads: int | None = None
-    seed: int = 0
-    metric: str = "throughput"
-    atol: float | None = None  # for models that set no tolerance of their own
-    rtol: float | None = None
-    image: str | None = None
-
-
-@dataclasses.dataclass
-class Cell:
-    """One model on one backend."""
-
-    backend: str
-    status: str
-    reason: str = ""
-    operator: str | None = None
-    is_reference: bool = False
-    answer: dict[str, Any] = dataclasses.field(default_factory=dict)  # run_cell's JSON
-    check: Verdict | None = None
-    ratio: float | None = None
-    record: PerfRecord | None = None
-
-    @property
-    def p50_ms(self) -> float | None:
-        stats = self.answer.get("stats")
-        return float(stats["p50_ms"]) if stats else None
-
-    def to_json(self) -> dict[str, Any]:
-        answer = self.answer
-        return {"backend": self.backend, "status": self.status, "reason": self.reason, "operator": self.operator,
-                "reference": self.is_reference, "p50_ms": self.p50_ms, "ratio": self.ratio,
-                "prepare_ms": answer.get("prepare_ms"), "first_inference_ms": answer.get("first_inference_ms"),
-                "version": answer.get("version", ""), "stats": answer.get("stats"),
-                "warnings": answer.get("warnings", []), "details": answer.get("details", {}),
-                "check": self.check.to_json() if self.check else None}
-
-
-@dataclasses.dataclass
-class ModelCard:
-    """One model's row of the scorecard."""
-
-    entry: ModelEntry
-    backends: list[str]
-    reference: str
-    tolerance: Tolerance
-    sha256: str = ""
-    shapes: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
-    batch_size: int = 1
-    problem: str = ""  # why nothing of this model ran (sha256 mismatch, fetch failure)
-    cells: list[Cell] = dataclasses.field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        entry = self.entry
-        return {"model": entry.name, "path": str(entry.path), "url": entry.url, "sha256": self.sha256,
-                "reference": self.reference, "atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
-                "input_shapes": shapes_text(self.shapes), "batch_size": self.batch_size, "problem": self.problem,
-                "backends": self.backends, "cells": [cell.to_json() for cell in self.cells]}
-
-
-@dataclasses.dataclass
-class ScorecardSummary:
-    run_id: str
-    perf_csv: Path
-    run_dir: Path
-    image: str = ""
-    models: list[ModelCard] = dataclasses.field(default_factory=list)
-    trace_id: str = ""  #: the trace of the command ("" with --no-trace)
-    trace: Any = None  #: how the trace was written (``tracing.FlushResult``)
-
-    @property
-    def cells(self) -> list[tuple[ModelCard, Cell]]:
-        return [(card, cell) for card in self.models for cell in card.cells]
-
-    @property
-    def failed(self) -> list[tuple[ModelCard, Cell]]:
-        return [(card, cell) for card, cell in self.cells if RECORD_STATUS[cell.status] == Status.FAILURE]
-
-    @property
-    def backends(self) -> list[str]:
-        """Every backend of the run, in a stable order (the grid's columns)."""
-        seen = {cell.backend for _, cell in self.cells}
-        return [b for b in BACKEND_IDS if b in seen] + sorted(seen - set(BACKEND_IDS))
-
-    def counts(self) -> dict[str, int]:
-        return {status: sum(1 for _, c in self.cells if c.status == status) for status in STATUSES}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "perf_csv": str(self.perf_csv), "run_dir": str(self.run_dir),
-                "image": self.image, "backends": self.backends, "counts": self.counts(),
-                "trace_id": self.trace_id, "trace": trace_file_text(self.trace),
-                "models": [card.to_json() for card in self.models]}
-
 
 #: runs one cell: (backend id, model file, feeds, shapes, timed, batch size, key, phase hook) → (run_cell JSON, outputs)
 CellRunner = Callable[..., "tuple[dict[str, Any], dict[str, Any]]"]
