@@ -36,6 +36,18 @@ PERF_COLUMNS: tuple[str, ...] = (
     "additional_docker_run_options",
 )
 
+#: a distributed job's row (madengine.results.aggregate; empty for other rows)
+JOB_COLUMNS: tuple[str, ...] = (
+    "launcher",  # torchrun, deepspeed, ... (madengine.launch)
+    "world_size",  # nnodes × nproc_per_node: the job's ranks
+    "nnodes",
+    "nproc_per_node",
+    "node_aggregation",  # how the nodes' figures made performance: sum | mean | max
+    "node_n",  # the nodes whose figure counted
+    "node_cv",  # their spread: sample stddev / |mean|, a fraction; empty below 2 nodes
+    "node_performance",  # JSON list of each node's figure by node rank (null: the node printed none)
+)
+
 EXTRA_COLUMNS: tuple[str, ...] = (
     "reason",  # why a row is FAILURE or SKIPPED
     "run_id",  # one id per `madengine run` invocation (or Slurm job)
@@ -68,6 +80,7 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "host_load_start",  # runnable tasks per logical CPU (madengine's own excluded) as the model's run began
     "host_load_end",  # ... and as it ended; above 1 the host was busier than its CPUs
     "warnings",  # '; '-separated notes: a busy host, an unstable figure, a contradicted precision
+    *JOB_COLUMNS,
 )
 
 ALL_COLUMNS: tuple[str, ...] = PERF_COLUMNS + EXTRA_COLUMNS

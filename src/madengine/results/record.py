@@ -90,6 +90,14 @@ class PerfRecord:
     host_load_start: float | str | None = None
     host_load_end: float | str | None = None
     warnings: str = ""  # notes joined by WARNING_SEPARATOR
+    launcher: str = ""
+    world_size: int | str = ""
+    nnodes: int | str = ""
+    nproc_per_node: int | str = ""
+    node_aggregation: str = ""
+    node_n: int | str = ""
+    node_cv: float | str | None = None
+    node_performance: str = ""  # JSON text (madengine.results.aggregate.JobFigure.columns)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
