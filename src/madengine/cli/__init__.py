@@ -21,7 +21,7 @@ from madengine.cli.render import one_line
 from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption
 from madengine.core.redact import redact
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "completion")
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "k8s", "completion")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded

@@ -195,7 +195,7 @@ def model_nodes(model: Model, settings: SlurmSettings) -> int:
 
 
 def task_tag(model: Model) -> str:
-    return model.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in model.tag_configs)
+    return model.tagged_name
 
 
 def _check_tags_select_one(catalog: Catalog, models: list[Model]) -> None:

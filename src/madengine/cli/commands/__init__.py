@@ -13,5 +13,6 @@ SUMMARIES = {
     "bench": "benchmark ONNX models (or the PyTorch models of a script) and record them in perf.csv",
     "scorecard": "ONNX models on several backends: outputs checked, timings side by side",
     "cache": "list, inspect, delete and report cached builds",
+    "k8s": "Kubernetes objects without a cluster: render jobs as YAML, print the RBAC a namespace needs",
     "completion": "print the shell completion script (bash or zsh)",
 }
