@@ -248,9 +248,7 @@ def _env(inputs: JobInputs, shared: Mapping[str, str], secret_name: str) -> list
         {"name": "MAD_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "MAD_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
-    values = dict(inputs.env)
-    values.update(shared)
-    for key, value in values.items():
+    for key, value in {**shared, **inputs.env}.items():
         if not ENV_NAME.match(key):
             raise InputError(f"{key!r} is not a variable name Kubernetes accepts", field="docker_env_vars")
         env.append({"name": key, "value": escape(value)})
@@ -350,6 +348,9 @@ def render_job(inputs: JobInputs, settings: K8sSettings) -> JobPlan:
     spec = inputs.spec
     launches = node_launches(spec, name, inputs, settings.cluster_domain) if spec is not None else []
     shared, own = split_env(launches) if launches else ({}, [])
+    # the model's own variables (the context's docker_env_vars among them) win, as on docker
+    shared = {k: v for k, v in shared.items() if k not in inputs.env}
+    own = [{k: v for k, v in node.items() if k not in inputs.env} for node in own]
     nnodes = spec.nnodes if spec is not None else 1
     config, items = configmap(name, inputs, own, launches[0].files if launches else {})
     objects = [*secrets(name, inputs), config]

@@ -200,7 +200,10 @@ def prepare_run(request: K8sRun, host: Host, run_id: str) -> PreparedRun:
     from madengine.k8s.client import KubeApi
     from madengine.k8s.kubeconfig import resolve_cluster
 
-    settings = settings_of(k8s_context(request.run.context_file, request.run.context_string))
+    context = k8s_context(request.run.context_file, request.run.context_string)
+    settings = settings_of(context)
+    check_context_applies(context)
+    _check_options(request.run, request.models)
     target = resolve_cluster(settings, host.environ)
     plan = plan_k8s_run(request, host, run_id, namespace=target.namespace)
     api = KubeApi(target)
