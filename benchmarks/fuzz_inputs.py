@@ -1,7 +1,8 @@
 """Fuzz every parser of user input with 10,000 derandomized Hypothesis cases and print the counts.
 
 Per parser (tests/fuzz_targets.py): cases run, typed errors (MadEngineError: the CLI's one-line exit 2),
-and escapes (any other exception: a bug), with the first few escapes' exception and location.
+and escapes (any other exception: a bug; or a typed error whose message is not one short line), with
+the first few escapes' exception and location.
 Target: 0 escapes. ``python benchmarks/fuzz_inputs.py [CASES] [PARSER-SUBSTRING]``.
 """
 
@@ -20,6 +21,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from fuzz_targets import TARGETS  # noqa: E402
 from madengine.core.errors import MadEngineError  # noqa: E402
+from madengine.core.values import PART_LIMIT  # noqa: E402
+
+LONGEST_LINE = 4 * PART_LIMIT + 20  #: an error's four parts (file, field, message, hint) and separators
 
 
 def fuzz(name: str, cases: int, workdir: Path) -> tuple[collections.Counter, dict[str, str], float]:
@@ -34,8 +38,12 @@ def fuzz(name: str, cases: int, workdir: Path) -> tuple[collections.Counter, dic
         counts["cases"] += 1
         try:
             run(value, workdir)
-        except MadEngineError:
+        except MadEngineError as exc:
             counts["typed errors"] += 1
+            line = str(exc)
+            if not line.isprintable() or len(line) > LONGEST_LINE:  # the CLI's line must stay one short line
+                counts["escapes"] += 1
+                escapes.setdefault("message not one short line", f"{line[:120]!r} from {value!r:.160}")
         except Exception as exc:  # an escape: count it, remember where it came from, go on
             counts["escapes"] += 1
             frame = traceback.extract_tb(exc.__traceback__)[-1]

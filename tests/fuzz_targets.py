@@ -210,20 +210,29 @@ def run_get_models_json(spec: Any, workdir: Path) -> None:
 
 
 # -- tags ------------------------------------------------------------------------------------------
+QUOTES = st.sampled_from(["'", '"', "\\", " ", "'a b'", '"a', "a'b", "\n", "\x1b[2J", "$(x)", ";"])
 tag_texts = st.lists(st.one_of(
     texts, st.sampled_from(["all", "dummy", "sub/all", "dyn/model3", "dummy:batch-size=8", "dummy::", "a/b/c",
-                            ":x", "dummy:k!=v", "dummies,pass", "dummy:a\nb=1", "dyn/"]),
-    st.tuples(texts, texts, texts).map(lambda t: f"{t[0]}:{t[1]}={t[2]}")), max_size=3)
+                            ":x", "dummy:k!=v", "dummies,pass", "dummy:a\nb=1", "dyn/", "dummy:x='a",
+                            'dummy:x="a b', "dummy:x=a\nb", "dummy:x='a b'"]),
+    st.tuples(texts, texts, texts).map(lambda t: f"{t[0]}:{t[1]}={t[2]}"),
+    st.lists(st.one_of(QUOTES, texts), max_size=4).map(lambda parts: "dummy:x=" + "".join(parts))), max_size=3)
 _FIXTURE_CATALOG: list[Any] = []
 
 
 def run_tags(tags: list[str], workdir: Path) -> None:
+    """A selection either fails with a typed error naming the tag, or every selected model's
+    arguments split as a shell line (a tag's bad quote never becomes a FAILURE row at run time)."""
+    import shlex
+
     from madengine.catalog import load_catalog, select_models
 
     if not _FIXTURE_CATALOG:
         _FIXTURE_CATALOG.append(load_catalog(FIXTURE_REPO))
     for model in select_models(_FIXTURE_CATALOG[0], tags):
         model.to_dict()
+        shlex.split(model.run_args)
+        assert all(value.isprintable() for _key, value in model.tag_configs), model.tag_configs
 
 
 # -- contexts -------------------------------------------------------------------------------------
@@ -233,7 +242,10 @@ CONTEXT_FIELDS = {
     "docker_build_arg": field(st.dictionaries(texts, leaves, max_size=2)),
     "docker_env_vars": field(st.dictionaries(texts, leaves, max_size=2)),
     "docker_mounts": field(st.dictionaries(texts, texts, max_size=2)), "tools": field(st.lists(texts, max_size=2)),
-    "pre_scripts": json_values, "data": json_values, "docker_gpus": field(texts), "custom": json_values,
+    "pre_scripts": json_values, "data": json_values, "extra": json_values, "slurm": json_values,
+    "distributed": json_values, "k8s": json_values, "docker_cpus": json_values,
+    "docker_gpus": field(st.sampled_from(["0", "0,2-4", "3-1", "0-4096", "a-b", " 1 , 2 ", "-1", "1-", "٣"]),
+                         st.integers(-2, 5000), texts),
 }
 contexts = objects(CONTEXT_FIELDS)
 context_strings = st.one_of(
@@ -256,9 +268,17 @@ def _has_raw(value: Any) -> bool:
 
 
 def _consume_context(context) -> None:
+    """A context that builds holds only known keys, and a GPU list a run can read."""
+    from madengine.context.context import parse_gpu_list
+    from madengine.context.keys import KEYS
+
     _ = (context.gpu_vendor, context.gpu_architecture, context.system_ngpus, context.guest_os,
-         context.docker_build_arg, context.docker_env_vars, context.docker_mounts, context.summary())
+         context.docker_build_arg, context.docker_env_vars, context.docker_mounts, context.summary(),
+         context.warnings())
     json.dumps(context.summary())
+    assert set(context.values) <= set(KEYS), sorted(set(context.values) - set(KEYS))
+    if context.get("docker_gpus") is not None:
+        parse_gpu_list(context.get("docker_gpus"))
 
 
 def run_context_string(text: str, workdir: Path) -> None:
@@ -484,7 +504,10 @@ TARGETS: dict[str, tuple[st.SearchStrategy, Callable[[Any, Path], None]]] = {
 EXAMPLES: dict[str, list[Any]] = {
     "models.json": ['[{"name": "m", "scripts": "s", "timeout": Infinity}]', '[{"name": "m", "scripts": "s", "x": '
                     + "[" * 900 + "]" * 900 + "}]", '[{"name": "m", "scripts": "s", "n_gpus": "²"}]'],
-    "context string": ['{"a":' * 900 + "1" + "}" * 900, "{[]: 1}", "{gpu_vendor: AMD}", '{"timeout": 1e999}'],
+    "context string": ['{"a":' * 900 + "1" + "}" * 900, "{[]: 1}", "{gpu_vendor: AMD}", '{"timeout": 1e999}',
+                       "{'gpu_vendor': 'AMD', 'docker_gpus': 'a-b'}", "{'docker_options': '--memory 64m'}",
+                       "{'docker_gpus': '0-99999999999'}", '{"a\\nb": 1}'],
+    "tags": [["m:x='a"], ["dummy:x='a"], ["dummy:x=a\nb"]],
     "context file": ['{"a":' * 900 + "1" + "}" * 900, '{"n_gpus": Infinity}'],
     "data.json": [('{"d1": {"custom": {"path": "x", "timeout": NaN}}}', None)],
     "credential.json": ['{"NAS_NODES": [{"HOST": "h", "USERNAME": "u", "PORT": Infinity}]}'],

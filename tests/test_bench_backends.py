@@ -79,6 +79,7 @@ def test_backend_runs_and_matches_the_reference(tmp_path, backend_id):
     verdict = compare_outputs(run.outputs, reference.outputs)
     assert verdict.status == PASS, verdict.reason()
     assert run.details  # what the backend prepared (providers, target, precision, ...)
+    assert run.precision == run.details["precision"] == "f32"  # whatever this CPU offers: f32 unless asked
 
 
 def test_onnxruntime_levels_and_session_details(tmp_path):
@@ -190,6 +191,216 @@ def test_importing_backends_loads_no_backend_library():
             "print(sorted(m for m in ('numpy', 'onnxruntime', 'onnx', 'openvino', 'tvm') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- precision: f32 unless asked, reduced precision opt-in, never emulated or a silent fallback ------
+def _fp16_model(path: Path) -> Path:
+    """x[4, 16] fp16 → MatMul (fp16 weights) → Relu: a model whose own types are fp16."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).random((16, 16)).astype(np.float16), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "fp16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4, 16])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def bf16_by_default(monkeypatch):
+    """OpenVINO made to pick bf16 by default on this machine, as it does on any CPU with bf16: every
+    ``openvino.Core`` gets the CPU's INFERENCE_PRECISION_HINT set to bf16 before madengine compiles.
+    (On a CPU without bf16 instructions OpenVINO keeps f32 here; the test's assertion is the same.)"""
+    openvino = pytest.importorskip("openvino") if not IN_CI else __import__("openvino")
+
+    class Bf16Core(openvino.Core):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.set_property("CPU", {"INFERENCE_PRECISION_HINT": "bf16"})
+
+    monkeypatch.setattr(openvino, "Core", Bf16Core)
+    return Bf16Core
+
+
+def test_openvino_computes_f32_even_where_its_default_is_bf16(tmp_path, bf16_by_default):
+    """The failure this suite once had on bf16 CPUs: OpenVINO's default precision. madengine's explicit
+    hint wins over the runtime's default, the compiled model reports f32, and the default tolerance holds."""
+    from madengine.bench.harness.precision import normalise
+
+    backend = _require("openvino-cpu")
+    default = normalise(bf16_by_default().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    assert default in ("bf16", "f32")  # bf16 wherever OpenVINO runs bf16 at all (natively or emulated)
+    model = build_mlp(tmp_path / "mlp.onnx")
+    reference = measure_backend(get_backend("onnxruntime-cpu-opt-disabled"), model, _feeds(), {"x": (4, 16)},
+                                warmup=0, iterations=1)
+    run = measure_backend(backend, model, _feeds(), {"x": (4, 16)}, threads=1, warmup=0, iterations=2)
+    assert run.precision == "f32" and run.details["precision"] == "f32"
+    assert compare_outputs(run.outputs, reference.outputs).status == PASS
+
+
+def test_openvino_bf16_is_opt_in_checked_with_its_own_tolerance(tmp_path):
+    """Asked for bf16: where the CPU computes bf16 natively the run reports bf16, differs from the f32
+    reference by more than f32's tolerance (it really is bf16) and within bf16's; elsewhere it is
+    UNSUPPORTED naming the CPU flags it lacks (never an emulation)."""
+    from madengine.bench.correctness import tolerance_for
+    from madengine.bench.harness.precision import cpu_lacks
+
+    backend = _require("openvino-cpu")
+    model = build_mlp(tmp_path / "mlp.onnx", hidden=64)
+    feeds = {"x": _feeds((8, 64))["x"]}
+    reference = measure_backend(get_backend("onnxruntime-cpu-opt-disabled"), model, feeds, {"x": (8, 64)},
+                                warmup=0, iterations=1)
+    lacks = cpu_lacks("bf16")
+    if lacks:
+        with pytest.raises(BackendUnsupported, match="avx512_bf16, amx_bf16"):
+            measure_backend(backend, model, feeds, {"x": (8, 64)}, warmup=0, iterations=1, precision="bf16")
+        return
+    run = measure_backend(backend, model, feeds, {"x": (8, 64)}, warmup=0, iterations=2, precision="bf16")
+    assert run.precision == "bf16"
+    assert compare_outputs(run.outputs, reference.outputs).status == MISMATCH  # f32's 1e-4: it is bf16
+    assert compare_outputs(run.outputs, reference.outputs, tolerance_for("bf16")).status == PASS
+
+
+def test_a_cpu_without_bf16_instructions_gives_unsupported_not_an_emulation(tmp_path, monkeypatch):
+    """An AVX-512 CPU without avx512_bf16/AMX (OpenVINO would emulate bf16 there): the flags decide,
+    so the answer is the same on every machine: UNSUPPORTED, before anything is compiled."""
+    from madengine.bench.harness import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": ["avx2", "fma", "avx512f"])
+    backend = _require("openvino-cpu")
+    with pytest.raises(BackendUnsupported) as caught:
+        measure_backend(backend, build_mlp(tmp_path / "mlp.onnx"), _feeds(), {"x": (4, 16)}, warmup=0, iterations=1,
+                        precision="bf16")
+    assert "openvino-cpu cannot run bf16 on this CPU: bf16 needs one of the CPU flags avx512_bf16" in str(caught.value)
+    assert "it would be emulated" in str(caught.value)
+
+
+@pytest.mark.parametrize("backend_id", ["onnxruntime-cpu-opt-all", "tvm-relax-llvm", "onnx-reference"])
+def test_a_backend_without_that_mode_is_unsupported_naming_what_it_computes(tmp_path, backend_id):
+    backend = _require(backend_id)
+    with pytest.raises(BackendUnsupported) as caught:
+        measure_backend(backend, build_mlp(tmp_path / "mlp.onnx"), _feeds(), {"x": (4, 16)}, warmup=0, iterations=1,
+                        precision="bf16")
+    assert f"{backend_id} cannot run bf16: it computes in the model's own types (f32) and has no reduced-precision " \
+           "mode" in str(caught.value)
+
+
+def test_the_models_own_reduced_type_runs_and_is_reported(tmp_path):
+    """A model converted to fp16 runs at fp16 on a backend without a precision mode of its own (it
+    computes the model's types): by default, and when fp16 is asked; OpenVINO's f32 hint computes it in f32."""
+    import numpy as np
+
+    model = _fp16_model(tmp_path / "fp16.onnx")
+    feeds = {"x": np.ones((4, 16), np.float16)}
+    ort = get_backend("onnxruntime-cpu-opt-all")
+    for precision in ("f32", "fp16"):
+        run = measure_backend(ort, model, feeds, {"x": (4, 16)}, warmup=0, iterations=1, precision=precision)
+        assert run.precision == "fp16" and run.outputs["y"].dtype == np.float16
+    run = measure_backend(_require("openvino-cpu"), model, feeds, {"x": (4, 16)}, warmup=0, iterations=1)
+    assert run.precision == "f32"
+
+
+def test_a_runtime_that_ignores_the_precision_asked_is_unsupported():
+    """A backend that takes bf16 but whose runtime reports it compiled f32 (a silent fallback): UNSUPPORTED."""
+    class Ignoring(backends.Backend):
+        id, module, reduced_precisions = "ignoring", "numpy", ("bf16",)
+
+        def prepare(self, model, shapes, threads=None, precision="f32"):
+            class Quiet(backends.Session):
+                details = {"precision": "f32"}
+
+                def run(self, feeds):
+                    return {}
+
+                def bind(self, feeds):
+                    return lambda: None
+
+            return Quiet()
+
+    with pytest.raises(BackendUnsupported, match="ignoring was asked for bf16 but reports f32: .*never a silent"):
+        measure_backend(Ignoring(), None, {}, {}, warmup=0, iterations=1, precision="bf16")
+    assert measure_backend(Ignoring(), None, {}, {}, warmup=0, iterations=1).precision == "f32"
+
+
+def test_torch_eager_computes_ieee_f32_whatever_the_script_set():
+    """A script's torch.set_float32_matmul_precision('medium') lets oneDNN compute float32 matmuls in
+    bf16 on a CPU that has it; the eager backend's session computes what IEEE float32 computes (the
+    same numbers as before the script's setting, on every CPU) and puts the script's setting back."""
+    try:
+        import torch
+    except ImportError:
+        require_service("torch", False, "pip install 'madengine[torch]'")
+    from madengine.bench.backends.torch_eager import TorchEagerBackend
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(1024, 256)
+    x = torch.rand(64, 1024)
+    with torch.inference_mode():
+        ieee = module(x)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        backend = TorchEagerBackend(module, (x,), {}, ["input_0"])
+        run = measure_backend(backend, None, {"input_0": x.numpy()}, {}, warmup=0, iterations=1)
+        assert run.precision == "f32" and run.details["fp32_math"] == "ieee"
+        assert torch.equal(torch.from_numpy(run.outputs["output_0"]), ieee)
+        assert torch.get_float32_matmul_precision() == "medium"  # the script's own setting, back
+    finally:
+        torch.set_float32_matmul_precision(before)
+    # a module of another type computes in its own type, reported as such; no other is made up
+    half = TorchEagerBackend(torch.nn.Linear(8, 8).half(), (torch.ones(2, 8).half(),), {}, ["input_0"])
+    feeds = {"input_0": torch.ones(2, 8).half().numpy()}
+    for precision in ("f32", "fp16"):
+        assert measure_backend(half, None, feeds, {}, warmup=0, iterations=1, precision=precision).precision == "fp16"
+    with pytest.raises(BackendUnsupported, match="torch-eager cannot run bf16: it computes in the model's own types"):
+        measure_backend(half, None, feeds, {}, warmup=0, iterations=1, precision="bf16")
+
+
+def test_precision_names_parse_property():
+    """Property: every alias of a known precision, in any case and padding, parses to its one name (and
+    normalise is idempotent on the names); any other text is a HarnessInputError listing the valid ones;
+    a cell name splits back into its backend and precision."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from madengine.bench.backends import BACKEND_IDS, cell_name, split_cell
+    from madengine.bench.harness import HarnessInputError
+    from madengine.bench.harness import precision
+
+    aliases = {"f32": ["f32", "fp32", "float32", "float", "<Type: 'float32'>", "tensor(float)", "torch.float32"],
+               "bf16": ["bf16", "bfloat16", "<Type: 'bfloat16'>", "torch.bfloat16"],
+               "fp16": ["fp16", "f16", "float16", "half", "tensor(float16)", "<Type: 'float16'>"],
+               "tf32": ["tf32"], "int8": ["int8", "i8", "u8", "uint8"]}
+    known = {alias.lower() for names in aliases.values() for alias in names}
+
+    @settings(max_examples=500 if IN_CI else 100, derandomize=True, deadline=None)
+    @given(st.sampled_from(sorted(aliases)), st.data(), st.booleans(), st.text(" \t", max_size=2),
+           st.text(max_size=12), st.sampled_from(BACKEND_IDS))
+    def check(name, data, upper, pad, junk, backend):
+        alias = data.draw(st.sampled_from(aliases[name]))
+        text = pad + (alias.upper() if upper else alias) + pad
+        assert precision.parse(text) == name and precision.normalise(name) == name
+        assert split_cell(cell_name(backend, name)) == (backend, None if name == "f32" else name)
+        if junk.strip().lower() not in known and precision.normalise(junk) not in precision.PRECISIONS:
+            with pytest.raises(HarnessInputError, match="valid: f32, tf32, bf16, fp16, int8"):
+                precision.parse(junk)
+
+    check()
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    from madengine.bench.harness.precision import cpu_flags, cpu_lacks
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nmodel name : Some CPU\nflags : fpu avx2 amx_tile avx512_bf16 fma sse\n")
+    assert cpu_flags(str(info)) == ["avx2", "fma", "avx512_bf16", "amx_tile"]
+    assert cpu_flags(str(tmp_path / "none")) == []
+    assert cpu_lacks("bf16", ["avx512_bf16"]) is None and cpu_lacks("f32", []) is None
+    assert "fp16 needs one of the CPU flags avx512_fp16" in cpu_lacks("fp16", ["avx512_bf16"])
 
 
 # -- the output check ------------------------------------------------------------------------------

@@ -38,7 +38,9 @@ def test_bench_one_model_table_row_and_artifacts(cli, tmp_path):
     result = cli("bench", str(model), "--axes", "batch=4", "--threads", "1", *FAST)
     assert result.code == 0, result
     header = result.stdout.splitlines()[0].split()
-    assert header[:4] == ["model", "provider", "batch", "n"] and "p99_ms" in header and "samples/s" in header
+    assert header[:5] == ["model", "provider", "precision", "batch", "n"] and "p99_ms" in header \
+        and "samples/s" in header
+    assert result.stdout.splitlines()[2].split()[:3] == ["mlp", "cpu", "f32"]
     assert "mlp" in result.stdout and "SUCCESS" in result.stdout
     [row] = rows()
     assert list(row)[: len(ALL_COLUMNS)] == list(ALL_COLUMNS)
@@ -49,6 +51,14 @@ def test_bench_one_model_table_row_and_artifacts(cli, tmp_path):
     assert (row["ort_provider"], row["threads"], row["batch_size"], row["input_shapes"], row["latency_n"]) == (
         "cpu", "1", "4", "x=4,16", "5")
     assert row["model_sha256"] == sha256(model) and row["ort_version"] and row["cpu_model"]
+    # the precision ONNX Runtime computed in (perf.csv's own precision column), and where it ran
+    import onnxruntime
+
+    from madengine.bench.harness.precision import cpu_flags
+
+    assert (row["training_precision"], row["precision_source"]) == ("f32", "reported")
+    assert json.loads(row["framework_versions"])["onnxruntime"] == onnxruntime.__version__
+    assert row["cpu_flags"].split() == cpu_flags()
     assert float(row["performance"]) == pytest.approx(float(row["samples_per_second"]))
     assert float(row["samples_per_second"]) == pytest.approx(4 * float(row["inferences_per_second"]), rel=1e-4)
     assert float(row["latency_min_ms"]) <= float(row["latency_p50_ms"]) <= float(row["latency_max_ms"])
@@ -285,6 +295,9 @@ class SimulatedGpuOnnxruntime:
         session = self.real.InferenceSession(path, sess_options, providers=["CPUExecutionProvider"])
         used = ["CUDAExecutionProvider", "CPUExecutionProvider"] if self.initialises else ["CPUExecutionProvider"]
         session.get_providers = lambda: used
+        # a GPU build reads its provider options back, the precision switches among them
+        options = {name: dict(opts) for name, opts in (p for p in providers if isinstance(p, tuple))}
+        session.get_provider_options = lambda: {"CPUExecutionProvider": {}, **options}
         return session
 
 
@@ -300,11 +313,50 @@ def test_cuda_provider_json_path_simulated(cli, tmp_path, monkeypatch):
     assert (entry["provider"], entry["status"], entry["session_providers"][0]) == ("cuda", "SUCCESS",
                                                                                  "CUDAExecutionProvider")
     assert fake.preloaded >= 1
-    assert fake.sessions[0]["providers"] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    # CUDA's TF32 math (on by default in onnxruntime-gpu) is turned off: f32 means f32
+    assert fake.sessions[0]["providers"] == [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
     assert fake.sessions[0]["enable_fallback"] == 0  # ORT's silent retry on the next provider is off
     [row] = rows()
     assert (row["gpu_vendor"], row["n_gpus"], row["ort_provider"], row["prepared_cache"]) == ("NVIDIA", "1", "cuda",
                                                                                              "off")
+    assert (row["backend"], row["training_precision"], entry["precision"]) == ("onnxruntime-cuda", "f32", "f32")
+
+
+def test_precision_is_opt_in_per_row_and_unsupported_never_runs_elsewhere(cli, tmp_path, monkeypatch):
+    """--precision f32,tf32,bf16 on a (simulated) CUDA provider: one row per precision; tf32 is CUDA's
+    own mode (read back from the session), bf16 is none of its modes: a SKIPPED row saying so, and the
+    command succeeds. The backend names the precision, so the rows never share a result identity."""
+    from madengine.bench.harness import engine
+
+    fake = SimulatedGpuOnnxruntime()
+    monkeypatch.setattr(engine, "import_onnxruntime", lambda: fake)
+    model = build_mlp(tmp_path / "mlp.onnx", batch_dim=1)
+    result = cli("bench", str(model), "--provider", "cuda", "--precision", "fp32,tf32,bfloat16", "--json", *FAST)
+    assert result.code == 0, result
+    by_backend = {row["backend"]: row for row in rows()}
+    assert list(by_backend) == ["onnxruntime-cuda", "onnxruntime-cuda:tf32", "onnxruntime-cuda:bf16"]
+    assert [s["providers"][0] for s in fake.sessions] == [("CUDAExecutionProvider", {"use_tf32": "0"}),
+                                                          ("CUDAExecutionProvider", {"use_tf32": "1"})]
+    assert by_backend["onnxruntime-cuda"]["training_precision"] == "f32"
+    tf32 = by_backend["onnxruntime-cuda:tf32"]
+    assert (tf32["status"], tf32["training_precision"]) == ("SUCCESS", "tf32") and "--precision tf32" in tf32["args"]
+    bf16 = by_backend["onnxruntime-cuda:bf16"]
+    assert bf16["status"] == "SKIPPED" and bf16["performance"] == "" and bf16["training_precision"] == ""
+    assert bf16["reason"].startswith("UNSUPPORTED: onnxruntime's CUDAExecutionProvider cannot run bf16")
+    assert "model's own types (f32)" in bf16["reason"]
+    assert [e["precision"] for e in json.loads(result.stdout)["results"]] == ["f32", "tf32", ""]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--precision", "fp8"], "--precision: unknown precision 'fp8' (valid: f32, tf32, bf16, fp16, int8)"),
+    (["--precision", "f32,,double"], "--precision: unknown precision 'double'"),
+    (["--precision", ","], "names no precision"),
+])
+def test_unknown_precision_is_one_line_and_exit_2(cli, tmp_path, args, words):
+    model = build_mlp(tmp_path / "mlp.onnx", batch_dim=1)
+    result = cli("bench", str(model), *args, *FAST)
+    assert result.code == 2, result
+    assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1 and not Path("perf.csv").exists()
 
 
 def test_provider_that_does_not_initialise_is_a_failure_row(cli, tmp_path, monkeypatch):

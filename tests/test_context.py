@@ -8,7 +8,7 @@ import pytest
 
 from madengine.context import build_context, deep_merge, parse_context_string, select_dockerfiles
 from madengine.context.dockerfiles import matches, read_context_header
-from madengine.core.errors import ConfigError, ContextError, ExecutionError
+from madengine.core.errors import ConfigError, ContextError, ExecutionError, InputError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "repo"
 
@@ -93,3 +93,91 @@ def test_malformed_context_header(tmp_path):
     path.write_text("# CONTEXT {'gpu_vendor': \nFROM x\n")
     with pytest.raises(ConfigError, match="malformed '# CONTEXT' header"):
         read_context_header(path)
+
+
+# -- known keys, free-form values, keys of the original madengine --------------------------------------
+@pytest.mark.parametrize("text, key, hint", [
+    ("{'docker_options': '--memory 64m'}", "docker_options", "additional_docker_run_options"),
+    ("{'bogus_key': 1}", "bogus_key", "known keys: docs/catalog-and-context.md"),
+    ("{'docker_env': {'A': 1}}", "docker_env", "did you mean docker_env_vars?"),
+    ("{'GPU_VENDOR': 'AMD'}", "GPU_VENDOR", "did you mean gpu_vendor?"),
+    ("{'extra': {}, 'gpu_vender': 'AMD'}", "gpu_vender", "did you mean gpu_vendor?"),
+])
+def test_an_unknown_key_is_refused_naming_it_and_the_key_meant(text, key, hint):
+    with pytest.raises(ContextError) as info:
+        build_context(context_string=text, detect=False)
+    assert info.value.field == key and info.value.path == "--additional-context"
+    assert hint in str(info.value) and "Free-form values go under 'extra'" in str(info.value)
+
+
+def test_an_unknown_key_in_a_context_file_names_the_file(tmp_path):
+    path = tmp_path / "ctx.json"
+    path.write_text('{"docker_mount": {}}')
+    with pytest.raises(ContextError, match=r"ctx.json: docker_mount: unknown context key \(did you mean docker_mounts"):
+        build_context(context_file=path, detect=False)
+
+
+#: every top-level key the original madengine's context accepted (madengine-facts §4.2 and §11)
+ORIGINAL_KEYS = {
+    "gpu_vendor": "AMD", "guest_os": "UBUNTU", "host_os": "HOST_UBUNTU", "ctx_test": "1", "numa_balancing": False,
+    "docker_gpus": "0-3", "gpu_renderDs": [128], "docker_cpus": "0-7", "docker_env_vars": {"A": "1"},
+    "docker_build_arg": {"B": "2"}, "docker_mounts": {"/c": "/h"}, "MAD_CONTAINER_IMAGE": "img:1",
+    "model_args": "--x 1", "pre_scripts": [], "post_scripts": [], "encapsulate_script": "x", "tools": [],
+    "data": {}, "gen_sys_env_details": False, "generate_sys_env_details": False, "rocenv_mode": "lite",
+    "MAD_ROCM_PATH": "/opt/rocm", "log_error_pattern_scan": True, "log_error_benign_patterns": [],
+    "log_error_patterns": [], "n_gpus": 1, "gpus_per_node": 8, "gpu_count": 1, "num_gpus": 1, "ngpus": 1,
+    "slurm": {"partition": "p"}, "k8s": {"namespace": "n"}, "kubernetes": {"namespace": "n"},
+    "distributed": {"launcher": "torchrun"}, "vllm": {}, "env_vars": {}, "debug": True, "deploy": "local",
+    "deployment_config": {}, "shared_data": "/shared", "launcher": {"type": "torchrun"}, "monitor": True,
+    "cleanup_on_failure": True, "skip_perf_collection": False, "timeout": 60, "SHM_SIZE": "8g",
+    "multi_node_args": {"RUNNER": "torchrun"},
+}
+
+
+def test_every_key_the_original_madengine_accepted_stays_accepted():
+    ctx = build_context(context_string=repr(ORIGINAL_KEYS), detect=False)
+    assert set(ORIGINAL_KEYS) <= set(ctx.values)
+    warned = {line.split("'")[1] for line in ctx.warnings()}
+    # the keys that change nothing here say so; the ones madengine reads do not
+    assert {"docker_cpus", "MAD_CONTAINER_IMAGE", "timeout", "SHM_SIZE", "k8s"} <= warned
+    assert not warned & {"gpu_vendor", "docker_gpus", "docker_env_vars", "n_gpus", "slurm", "data", "ctx_test"}
+
+
+def test_blocks_owned_elsewhere_are_known_and_checked_only_as_dicts():
+    ctx = build_context(context_string="{'k8s': {'x': {}}, 'slurm': {}}", detect=False)
+    assert ctx.get("k8s") == {"x": {}}
+    from madengine.context.keys import KEYS
+
+    assert {"distributed", "k8s", "kubernetes", "slurm"} <= set(KEYS)
+
+
+def test_the_distributed_block_is_checked_by_its_owner_where_the_context_is_read():
+    ctx = build_context(context_string="{'distributed': {'launcher': 'Megatron', 'port': 29600}}", detect=False)
+    assert ctx.distributed == {"launcher": "megatron-lm", "master_port": 29600} and ctx.warnings() == []
+    with pytest.raises(InputError, match="distributed.anything: unknown key"):
+        build_context(context_string="{'distributed': {'anything': [1]}}", detect=False)
+
+
+def test_extra_values_pass_through_are_recorded_and_reach_dockerfile_headers():
+    ctx = build_context(context_string="{'extra': {'team': 'perf', 'ctx_flavour': 'b', 'n': [1, {'x': None}]}}",
+                        detect=False)
+    assert ctx.summary()["extra"] == {"team": "perf", "ctx_flavour": "b", "n": [1, {"x": None}]}
+    assert ctx.warnings() == []
+    assert not matches({"ctx_flavour": "a"}, ctx.values) and matches({"ctx_flavour": "b"}, ctx.values)
+    assert matches({"gpu_vendor": "AMD"}, {"gpu_vendor": "AMD", "extra": {"gpu_vendor": "NVIDIA"}})  # top level wins
+
+
+@pytest.mark.parametrize("value, ids", [("0,2-4", [0, 2, 3, 4]), (" 1 , 1-2 ", [1, 2]), ("", []), (3, [3]),
+                                        ("7-7", [7])])
+def test_docker_gpus_is_read_when_the_context_is(value, ids):
+    from madengine.context.context import parse_gpu_list
+
+    ctx = build_context(context_string=repr({"docker_gpus": value}), detect=False)
+    assert parse_gpu_list(ctx.get("docker_gpus")) == ids
+
+
+@pytest.mark.parametrize("value", ["a-b", "4-2", "-1", "1-", "0-4096", "٣", "1.5", [0, 1], True, None])
+def test_a_bad_docker_gpus_is_refused_naming_it(value):
+    with pytest.raises(ContextError) as info:
+        build_context(context_string=repr({"gpu_vendor": "AMD", "docker_gpus": value}), detect=False)
+    assert info.value.field == "docker_gpus" and str(info.value).startswith("--additional-context: docker_gpus:")

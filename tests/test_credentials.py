@@ -6,6 +6,7 @@ Runs use the local executor; the container path is covered by test_credentials_c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -96,7 +97,8 @@ def test_environment_variable_overrides_the_file_and_bad_json_there_is_named(rep
     result, rows = run_local(cli, repo, "--tags", "dt_cred")
     assert result.code == 0, result
     log = model_log(rows[-1])
-    assert "cred user: envuser" in log and "cred secret: ******" in log
+    envuser = hashlib.sha256(b"envuser").hexdigest()[:16]  # the user name is masked: its digest says which
+    assert "cred user: ******" in log and f"cred user sha256: {envuser}" in log and "cred secret: ******" in log
     assert "env-password-2" not in log and "file-password-1" not in log
 
     monkeypatch.setenv("DT_CANARY", "{'username': 'python-dict'}")
@@ -111,14 +113,24 @@ def test_cred_entry_becomes_upper_cased_environment_variables():
                    "AMD_GITHUB_PORT": "22"}
 
 
-def test_loading_credentials_registers_secrets_not_identities(tmp_path):
+def test_loading_credentials_registers_secrets_and_user_names_not_places(tmp_path):
     path = tmp_path / "credential.json"
     write_json(path, {"A": {"username": "some-user", "password": "pw-123456"},
-                      "NAS_NODES": [{"HOST": "nas.example", "USERNAME": "n", "PASSWORD": "nas-pass-1"}],
+                      "B": {"user": "other-user", "password": "pw-654321"},
+                      "C": {"username": "root", "password": "pw-777777"},
+                      "NAS_NODES": [{"HOST": "nas.example", "USERNAME": "nasuser", "PASSWORD": "nas-pass-1"}],
                       "MAD_MINIO": {"USERNAME": "mkey", "PASSWORD": "minio-pass", "MINIO_ENDPOINT": "http://m:9000"}})
     load_credentials(path, environ={})
-    assert redact("some-user pw-123456 nas-pass-1 minio-pass http://m:9000") == \
-        "some-user ****** ****** ****** http://m:9000"
+    assert redact("some-user other-user nasuser mkey pw-123456 nas-pass-1 minio-pass nas.example http://m:9000") == \
+        "****** ****** ****** ****** ****** ****** ****** nas.example http://m:9000"
+    # a name every system has tells nothing, and masking it would mask ordinary text
+    assert redact("cd /root && git status") == "cd /root && git status"
+
+
+def test_a_user_name_from_an_environment_override_is_masked(tmp_path):
+    environ = {"DT_CANARY": json.dumps({"username": "env-only-user", "password": "env-pass-4321"})}
+    load_credentials(tmp_path / "absent.json", environ=environ).model_entry("DT_CANARY", "m")
+    assert redact("login env-only-user with env-pass-4321") == "login ****** with ******"
 
 
 def test_github_key_supplies_https_credentials_through_askpass(tmp_path, monkeypatch):

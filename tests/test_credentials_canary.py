@@ -1,10 +1,12 @@
 """A canary secret planted in a model credential (echoed by the model in its container), in a data
-provider credential (S3 secret key) and as the git HTTPS password is found in none of: the run's
-files (run.log, build.log, perf.csv, perf.html, the email report, artifacts), the CLI's stdout/stderr, the image's
-``docker history --no-trunc`` and ``docker inspect``."""
+provider credential (S3 secret key) and as the git HTTPS password, and a canary user name planted as
+the credential's, the S3 access key id and the git HTTPS user, are found in none of: the run's files
+(run.log, build.log, perf.csv, perf.html, the email report, artifacts), the CLI's stdout/stderr, the
+image's ``docker history --no-trunc`` and ``docker inspect``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import subprocess
@@ -25,10 +27,11 @@ def test_canary_secret_appears_nowhere(model_repo, docker_client, docker_cleanup
                                        monkeypatch):
     docker_cleanup.append("ci-datatests")
     canary = "CANARY-" + secrets.token_hex(12)
+    user = "canaryuser_" + secrets.token_hex(8)
     for name in ("DT_CANARY", "MAD_AWS_S3", "PUBLIC_GITHUB_ROCM_KEY"):
         monkeypatch.delenv(name, raising=False)
     bare = make_bare_repo(tmp_path / "git", {"cloned.txt": "canary clone\n"})
-    git_server = GitHttpServer(bare.parent, "canary-user", canary)
+    git_server = GitHttpServer(bare.parent, user, canary)
     try:
         folder = install_datatests(model_repo)
         models = json.loads((folder / "models.json").read_text())
@@ -37,8 +40,8 @@ def test_canary_secret_appears_nowhere(model_repo, docker_client, docker_cleanup
         (folder / "models.json").write_text(json.dumps(models))
         s3_server.put_tree("dt-canary", {"d/x.txt": b"x\n"})
         (model_repo / "credential.json").write_text(json.dumps({
-            "DT_CANARY": {"username": "canary-user", "password": canary},
-            "MAD_AWS_S3": {"USERNAME": "AKIDCANARY", "PASSWORD": canary, "AWS_ENDPOINT_URL_S3": s3_server.endpoint},
+            "DT_CANARY": {"username": user, "password": canary},
+            "MAD_AWS_S3": {"USERNAME": user, "PASSWORD": canary, "AWS_ENDPOINT_URL_S3": s3_server.endpoint},
         }))
         (model_repo / "data.json").write_text(json.dumps({"dt_aws": {"aws": {"path": "s3://dt-canary/d"}}}))
         process = run_process("run", "--tags", "dt_canary", "--executor", "docker", "--live-output", "--json",
@@ -50,13 +53,15 @@ def test_canary_secret_appears_nowhere(model_repo, docker_client, docker_cleanup
     assert row["status"] == "SUCCESS" and row["data_provider_type"] == "aws"
     log = Path(row["artifacts"].split(",")[0]).read_text()
     assert "cred secret: ******" in log and "clone content: canary clone" in log  # it arrived, masked
+    assert "cred user: ******" in log and f"cred user sha256: {_digest(user)}" in log
 
-    assert canary not in process.stdout and canary not in process.stderr
+    for planted in (canary, user):
+        assert planted not in process.stdout and planted not in process.stderr
     email = run_process("report", "to-email", "--dir", str(model_repo), "-o", str(model_repo / "email.html"),
                         cwd=model_repo)  # the email report of another part of madengine, when present
-    assert canary not in email.stdout + email.stderr
-    leaks = [str(p) for p in model_repo.rglob("*")
-             if p.is_file() and p.name != "credential.json" and canary.encode() in p.read_bytes()]
+    assert canary not in email.stdout + email.stderr and user not in email.stdout + email.stderr
+    leaks = [str(p) for p in model_repo.rglob("*") if p.is_file() and p.name != "credential.json"
+             and (canary.encode() in p.read_bytes() or user.encode() in p.read_bytes())]
     assert leaks == []
     searched = {p.name for p in model_repo.rglob("*") if p.is_file()}
     assert {"perf.csv", "run.log", "build.log"} <= searched
@@ -64,7 +69,35 @@ def test_canary_secret_appears_nowhere(model_repo, docker_client, docker_cleanup
         assert "perf.html" in searched and "email.html" in searched
     for command in (["docker", "history", "--no-trunc", IMAGE], ["docker", "inspect", IMAGE]):
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        assert output and canary not in output, command
+        assert output and canary not in output and user not in output, command
+
+
+def _digest(text: str) -> str:
+    """What echo_cred.sh prints for a user name: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def test_credential_user_name_reaches_no_output(model_repo, monkeypatch):
+    """Without Docker: a model's credential user name, echoed by the model (run.log, --live-output),
+    from credential.json and from an environment override, is masked like its password."""
+    user, other = "canaryuser_" + secrets.token_hex(8), "canaryuser_env_" + secrets.token_hex(8)
+    folder = install_datatests(model_repo)
+    models = json.loads((folder / "models.json").read_text())
+    models.append({"name": "users", "scripts": "echo_cred.sh", "cred": "DT_CANARY", "tags": ["dt_users"]})
+    (folder / "models.json").write_text(json.dumps(models))
+    (model_repo / "credential.json").write_text(json.dumps({"DT_CANARY": {"username": user, "password": "pw-1234"}}))
+    for name in ("DT_CANARY", "MAD_AWS_S3", "MAD_MINIO", "PUBLIC_GITHUB_ROCM_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for planted, environ in ((user, {}), (other, {"DT_CANARY": json.dumps({"username": other, "password": "pw-5"})})):
+        process = run_process("run", "--tags", "dt_users", "--executor", "local", "--live-output", "--json",
+                              cwd=model_repo, env=environ)
+        assert process.returncode == 0, process.stderr[-3000:]
+        log = Path(read_rows(model_repo / "perf.csv")[-1]["artifacts"].split(",")[0]).read_text()
+        assert "cred user: ******" in log and f"cred user sha256: {_digest(planted)}" in log  # arrived, masked
+        assert planted not in process.stdout + process.stderr and "cred user: ******" in process.stderr
+        leaks = [str(p) for p in model_repo.rglob("*")
+                 if p.is_file() and p.name != "credential.json" and planted.encode() in p.read_bytes()]
+        assert leaks == []
 
 
 def _has_html_reports() -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from madengine.core.values import PART_LIMIT
 
 HUGE_INT = "1" + "0" * 5000  # more than Python's 4,300-digit int/str conversion limit
 DEEP_JSON = "[" * 100_000 + "]" * 100_000  # deeper than any recursion limit
@@ -156,6 +157,10 @@ CASES = [
     ("tag-bad-key", ("discover", "--tags", "m:k!=v"), {}, {}, "--tags"),
     ("tag-no-selector", ("discover", "--tags", ":x"), {}, {}, "--tags"),
     ("tag-run-newline", RUN[:2] + ("m\n",) + RUN[3:] + ("--tags", "q\nq"), {}, {}, "--tags"),
+    ("tag-unbalanced-quote", RUN[:2] + ("m:x='a",) + RUN[3:], {}, {}, "--tags: tag 'm:x='a': the value of 'x'"),
+    ("tag-unbalanced-double-quote", ("discover", "--tags", 'm:x="a b'), {}, {}, "--tags: tag 'm:x=\"a b'"),
+    ("tag-config-value-newline", RUN[:2] + ("m:x=a\nb",) + RUN[3:], {}, {}, "tag 'm:x=a\\nb'"),
+    ("tag-huge", ("discover", "--tags", "x" * 100_000 + "\n"), {}, {}, "characters cut"),
     # --- --additional-context --------------------------------------------------------------------
     ("ctx-unhashable-key", RUN + ("-c", "{[]: 1}"), {}, {}, "--additional-context"),
     ("ctx-unquoted-string", RUN + ("-c", "{gpu_vendor: AMD}"), {}, {}, "quote"),
@@ -181,6 +186,19 @@ CASES = [
     ("ctx-guest-os-object", RUN + ("-c", '{"guest_os": {}}'), {}, {}, "guest_os"),
     ("ctx-gpu-vendor-list", RUN + ("-c", '{"gpu_vendor": ["AMD"]}'), {}, {}, "gpu_vendor"),
     ("ctx-env-var-name", RUN + ("-c", '{"docker_env_vars": {"1A": "x"}}'), {}, {}, "docker_env_vars"),
+    ("ctx-docker-gpus-word", RUN + ("-c", "{'gpu_vendor': 'AMD', 'docker_gpus': 'a-b'}"), {}, {},
+     "--additional-context: docker_gpus: bad GPU list 'a-b'"),
+    ("ctx-docker-gpus-reversed", RUN + ("-c", "{'docker_gpus': '4-2'}"), {}, {}, "docker_gpus"),
+    ("ctx-docker-gpus-huge", RUN + ("-c", "{'docker_gpus': '0-99999999999'}"), {}, {}, "docker_gpus"),
+    ("ctx-docker-gpus-list", RUN + ("-c", "{'docker_gpus': [0, 1]}"), {}, {}, "docker_gpus"),
+    ("ctx-docker-options", RUN + ("-c", "{'docker_options': '--memory 64m'}"), {}, {},
+     "--additional-context: docker_options: unknown context key (docker run options are a model's "
+     "additional_docker_run_options"),
+    ("ctx-unknown-key", RUN + ("-c", "{'bogus_key': 1}"), {}, {}, "bogus_key: unknown context key"),
+    ("ctx-misspelt-key", RUN + ("-c", "{'docker_env': {'A': 1}}"), {}, {}, "did you mean docker_env_vars?"),
+    ("ctx-key-newline", RUN + ("-c", '{"gpu_vendor\\nx": "AMD"}'), {}, {}, "gpu_vendor\\nx: unknown context key"),
+    ("ctx-extra-not-a-dict", RUN + ("-c", "{'extra': 5}"), {}, {}, "extra: must be a dict"),
+    ("ctx-owned-block-not-a-dict", RUN + ("-c", "{'distributed': 'torchrun'}"), {}, {}, "distributed: must be a dict"),
     ("ctx-data-timeout-inf", RUN_DATA + ("-c", _context_data("Infinity")), {}, {}, "timeout"),
     # --- --additional-context-file ---------------------------------------------------------------
     ("ctxfile-huge-int", RUN + ("-f", "ctx.json"), {"ctx.json": '{"n_gpus": %s}' % HUGE_INT}, {}, "ctx.json"),
@@ -189,6 +207,8 @@ CASES = [
     ("ctxfile-n_gpus-1e999", RUN + ("-f", "ctx.json"), {"ctx.json": '{"n_gpus": 1e999}'}, {}, "n_gpus"),
     ("ctxfile-folder", RUN + ("-f", "ctx.json"), {"ctx.json": None}, {}, "ctx.json: is a folder"),
     ("ctxfile-list", RUN + ("-f", "ctx.json"), {"ctx.json": "[]"}, {}, "ctx.json"),
+    ("ctxfile-unknown-key", RUN + ("-f", "ctx.json"), {"ctx.json": '{"gpu_vendr": "AMD"}'}, {},
+     "ctx.json: gpu_vendr: unknown context key (did you mean gpu_vendor?"),
     # --- tools.json ------------------------------------------------------------------------------
     ("tools-huge-int", RUN_TOOL, {"tools.json": _tools(HUGE_INT)}, {}, "tools.json"),
     ("tools-deep", RUN_TOOL, {"tools.json": DEEP_JSON}, {}, "tools.json"),
@@ -205,6 +225,9 @@ CASES = [
     ("data-timeout-huge-text", RUN_DATA, {"data.json": _custom_data(f'"{HUGE_INT}"')}, {}, "timeout"),
     ("data-folder", RUN_DATA, {"data.json": None}, {}, "data.json: is a folder"),
     ("data-not-utf8", RUN_DATA, {"data.json": b'{"\xff": 1}'}, {}, "data.json"),
+    ("data-name-newline", RUN[:2] + ("mdn",) + RUN[3:],
+     {"models.json": json.dumps(MODELS + [{"name": "mdn", "scripts": "s/run.sh", "data": "d\nx"}])}, {},
+     "data 'd\\nx' is not defined"),
     # --- credential.json and its environment overrides --------------------------------------------
     ("cred-huge-int", RUN_CRED, {"credential.json": '{"C1": {"username": "u", "password": %s}}' % HUGE_INT}, {},
      "credential.json"),
@@ -301,6 +324,7 @@ def test_malformed_input_is_one_line_exit_2(small_repo, monkeypatch, case_id, ar
     assert len(errors) == 1 and errors[0] == lines[-1], done
     assert fragment in errors[0], errors[0]
     assert "<ast." not in errors[0] and "\x1b" not in errors[0], errors[0]
+    assert len(errors[0]) <= 4 * PART_LIMIT + 40, len(errors[0])  # four parts (file, field, message, hint)
 
 
 def test_table_is_the_measurement():
@@ -319,3 +343,31 @@ def test_upload_mongodb_without_pymongo_is_an_install_hint(small_repo, monkeypat
     assert done.code == 2, done
     assert "pip install" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_key_of_the_original_madengine_runs_with_a_warning_and_extra_values_are_recorded(small_repo):
+    """Keys the original accepted stay accepted (one warning line says when they change nothing here);
+    free-form values under 'extra' pass through into the context column of the row."""
+    done = run_cli(*RUN, "-c", "{'docker_cpus': '0-3', 'extra': {'team': 'perf\\nops'}}")
+    assert done.code == 0, done
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warnings == ["madengine: warning: context key 'docker_cpus' has no effect here (accepted for "
+                        "compatibility with the original madengine); see docs/catalog-and-context.md"]
+    from madengine.results import read_rows
+
+    context = json.loads(read_rows(small_repo / "perf.csv")[-1]["context"])
+    assert context["extra"] == {"team": "perf\nops"}
+
+
+def test_a_failure_reason_quoting_user_text_stays_one_line(small_repo):
+    """A FAILURE row's reason is an error's one line too: a newline in a models.json path is escaped in
+    perf.csv and in the progress line."""
+    models = json.loads((small_repo / "models.json").read_text())
+    (small_repo / "models.json").write_text(json.dumps(models + [{"name": "mnl", "scripts": "s/no\nne.sh"}]))
+    done = run_cli("run", "--tags", "mnl", "--executor", "local", "--no-html")
+    assert done.code == 1, done
+    from madengine.results import read_rows
+
+    reason = read_rows(small_repo / "perf.csv")[-1]["reason"]
+    assert reason.startswith("model 'mnl': script s/no\\nne.sh not found") and "\n" not in reason, reason
+    assert not any(line.startswith("ne.sh") for line in done.stderr.splitlines()), done.stderr

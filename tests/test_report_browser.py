@@ -203,3 +203,69 @@ def test_failure_reasons_are_visible_at_1280_px(chromium, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     browse(chromium, page, tmp_path / "profile2", f"--screenshot={ARTIFACTS / 'perf-html-failure-1280.png'}",
            "--window-size=1280,900")
+
+
+SCORECARD_DRIVER = """
+<script>
+(function () {
+  var grid = document.querySelector("table.grid");
+  var header = Array.prototype.map.call(grid.tHead.rows[0].cells, function (th) { return th.innerText.trim(); });
+  var cells = Array.prototype.map.call(grid.tBodies[0].rows[0].cells, function (td) { return td.innerText.trim(); });
+  var badge = grid.querySelector("span.precision").getBoundingClientRect();
+  var out = document.createElement("pre"); out.id = "seen";
+  out.textContent = JSON.stringify({header: header, cells: cells, badge_width: badge.width});
+  document.body.appendChild(out);
+})();
+</script>
+"""
+
+
+def _scorecard_cell(backend: str, status: str, precision: str, p50: float | None, ratio: float | None,
+                    reason: str = "") -> dict:
+    requested = backend.partition(":")[2] or "f32"
+    return {"backend": backend, "status": status, "reason": reason, "operator": None,
+            "reference": backend == "onnxruntime-cpu-opt-disabled", "precision": precision,
+            "precision_requested": requested, "p50_ms": p50, "ratio": ratio, "prepare_ms": 5.0 if p50 else None,
+            "first_inference_ms": 1.0 if p50 else None, "version": "1.0",
+            "environment": {"cpu_model": "Test CPU", "cpu_flags": ["avx2", "avx512_bf16", "amx_bf16"],
+                            "versions": {"openvino": "2026.4.1", "numpy": "2.4.6", "python": "3.11.7"}},
+            "stats": {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "cv": 0.01, "n": 20} if p50 else None,
+            "warnings": [], "details": {}, "atol": 2e-2 if requested == "bf16" else 1e-4,
+            "rtol": 2e-2 if requested == "bf16" else 1e-4, "check": None}
+
+
+def test_scorecard_grid_shows_each_cells_precision(chromium, tmp_path):
+    """What a person sees in the scorecard page: every cell says the precision the runtime computed in
+    (f32 by default, bf16 in the opt-in column), the bf16 column is named so, and a cell that did not
+    run shows none."""
+    from madengine.reports.scorecard import write_scorecard_html
+
+    cells = [_scorecard_cell("onnxruntime-cpu-opt-disabled", "PASS", "f32", 13.7, 1.0),
+             _scorecard_cell("openvino-cpu", "PASS", "f32", 11.7, 0.86),
+             _scorecard_cell("openvino-cpu:bf16", "PASS", "bf16", 4.19, 0.31),
+             _scorecard_cell("tvm-relax-llvm:bf16", "UNSUPPORTED", "", None, None,
+                             "tvm-relax-llvm cannot run bf16: it computes in the model's own types (f32)")]
+    backends = [c["backend"] for c in cells]
+    scorecard = {"run_id": "20261125-000000-abcdef", "perf_csv": "perf.csv", "run_dir": "runs", "image": "",
+                 "backends": backends, "counts": {"PASS": 3, "MISMATCH": 0, "UNSUPPORTED": 1, "ERROR": 0},
+                 "models": [{"model": "vision/resnet18@1", "path": "resnet18.onnx", "url": "", "sha256": "ab" * 32,
+                             "reference": "onnxruntime-cpu-opt-disabled", "atol": 1e-4, "rtol": 1e-4,
+                             "input_shapes": "pixel_values=1,3,64,64", "batch_size": 1, "problem": "",
+                             "backends": backends, "cells": cells}]}
+    page = write_scorecard_html(scorecard, tmp_path / "scorecard.html")
+    driven = tmp_path / "driven.html"
+    driven.write_text(page.read_text().replace("</body>", SCORECARD_DRIVER + "</body>"))
+    dom = browse(chromium, driven, tmp_path / "profile", "--dump-dom", "--window-size=1280,900")
+    seen = json.loads(html.unescape(re.search(r'<pre id="seen">(.*?)</pre>', dom, re.S).group(1)))
+    assert seen["header"] == ["model", *backends]
+    text = [" ".join(cell.split()) for cell in seen["cells"][1:]]
+    assert text[0].startswith("PASS f32 reference 13.7 ms") and text[1].startswith("PASS f32 11.7 ms")
+    assert text[2].startswith("PASS bf16 4.19 ms 0.31×")
+    assert text[3].startswith("UNSUPPORTED tvm-relax-llvm cannot run bf16") and "f32 " not in text[3][:20]
+    assert seen["badge_width"] > 10  # the precision is drawn, not just in the markup
+    assert "CPU <code>Test CPU</code> (avx2 avx512_bf16 amx_bf16)" in dom
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "scorecard-precision.png"
+    shot.unlink(missing_ok=True)
+    browse(chromium, page, tmp_path / "profile2", f"--screenshot={shot}", "--window-size=1280,900")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

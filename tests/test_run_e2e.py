@@ -172,6 +172,31 @@ def test_url_is_cloned_and_commit_recorded(model_repo, cli, executor, tmp_path):
     assert list((model_repo / "madengine_runs").glob("*/*/work/upstream/README"))
 
 
+def test_url_model_clones_first_then_finds_its_script_in_the_clone(model_repo, cli, executor, tmp_path):
+    """A url model whose script is not in the model repository finds it in its clone (run from the
+    clone's root); a script in neither place is a FAILURE row naming both paths, after the clone."""
+    from test_data_servers import make_bare_repo
+
+    bare = make_bare_repo(tmp_path / "git", {"run.sh": "echo 'performance: 11 clone_runs'\n",
+                                             "go.sh": "echo \"performance: $1 sub_runs\"\n"})
+    models = json.loads((model_repo / "models.json").read_text())
+    common = {"dockerfile": "docker/dummy", "url": bare.as_uri()}
+    models += [{"name": "in_clone", "scripts": "run.sh", "tags": ["clonefirst"], **common},
+               {"name": "in_clone_args", "scripts": "go.sh", "args": "12", "tags": ["clonefirst"], **common},
+               {"name": "in_neither", "scripts": "scripts/none/run.sh", "tags": ["clonefirst"], **common}]
+    (model_repo / "models.json").write_text(json.dumps(models))
+    result = cli("run", "--tags", "clonefirst", "--executor", executor)
+    assert result.code == 1, result
+    rows = rows_by_model(model_repo)
+    assert (rows["in_clone"]["status"], rows["in_clone"]["performance"]) == ("SUCCESS", "11"), rows["in_clone"]
+    assert (rows["in_clone_args"]["status"], rows["in_clone_args"]["performance"]) == ("SUCCESS", "12")
+    failed = rows["in_neither"]
+    assert failed["status"] == "FAILURE" and len(failed["git_commit"]) == 40  # cloned before looking
+    assert failed["reason"] == (f"model 'in_neither': script scripts/none/run.sh not found in the model repository "
+                                f"(looked for {model_repo / 'scripts/none/run.sh'}) nor in its clone of "
+                                f"{bare.as_uri()} (looked for scripts/none/run.sh in the clone models/)")
+
+
 # -- docker only ------------------------------------------------------------------------------
 
 def test_context_filtering_runs_every_matching_dockerfile(model_repo, cli, docker_only):

@@ -22,6 +22,7 @@ from test_data_servers import s3_server  # noqa: F401  (fixture)
 
 from madengine.results import read_rows
 from madengine.bench.backends import get_backend
+from madengine.bench.harness.precision import cpu_flags, cpu_lacks
 
 FAST = ("--warmup", "1", "--iterations", "3", "--threads", "1")
 CPU = "onnxruntime-cpu-opt-disabled,onnxruntime-cpu-opt-all,openvino-cpu,tvm-relax-llvm"
@@ -82,12 +83,15 @@ def test_real_models_on_every_cpu_backend(cli, models, tmp_path):
     assert result.code == 0, result
     document = json.loads(result.stdout)
     cells = cells_of(document)
-    # every backend computed ResNet-18 within the default tolerance, timed by the harness
+    # every backend computed ResNet-18 within the default tolerance, timed by the harness, at f32 as the
+    # runtime reports it (OpenVINO's own default is bf16 on CPUs that have it: madengine asks for f32)
     for backend in CPU.split(","):
         cell = cells[("vision/resnet18@1", backend)]
         assert cell["status"] == "PASS", cell
         assert cell["stats"]["n"] == 3 and cell["prepare_ms"] > 0 and cell["first_inference_ms"] > 0
         assert cell["ratio"] > 0 and cell["version"]
+        assert (cell["precision"], cell["precision_requested"]) == ("f32", "f32")
+        assert cell["environment"]["cpu_flags"] == cpu_flags() and cell["environment"]["versions"]["numpy"]
     reference = cells[("vision/resnet18@1", "onnxruntime-cpu-opt-disabled")]
     assert reference["reference"] and reference["ratio"] == pytest.approx(1.0)
     assert cells[("vision/resnet18@1", "onnxruntime-cpu-opt-all")]["check"]["output"] == "logits"
@@ -102,7 +106,8 @@ def test_real_models_on_every_cpu_backend(cli, models, tmp_path):
     assert bert["input_shapes"] == "input_ids=2,16;attention_mask=2,16" and bert["rtol"] == 1e-3
     assert all(c["status"] == "PASS" for c in bert["cells"])
     # the terminal grid (stderr with --json)
-    assert "vision/resnet18@1" in result.stderr and "PASS R" in result.stderr and "UNSUPPORTED" in result.stderr
+    assert "vision/resnet18@1" in result.stderr and "PASS R f32" in result.stderr and "UNSUPPORTED" in result.stderr
+    assert "the precision the runtime computed in" in result.stderr
     assert "vision/mobilenet_tf × tvm-relax-llvm: UNSUPPORTED: operator Pad" in result.stderr
     # perf.csv: one row per model × backend, the backend in each row
     rows = rows_of(perf)
@@ -115,6 +120,15 @@ def test_real_models_on_every_cpu_backend(cli, models, tmp_path):
     assert resnet_all["executor"] == "scorecard" and resnet_all["gpu_vendor"] == "CPU"
     skipped = [r for r in rows if r["backend"] == "tvm-relax-llvm" and r["model"] == "vision/mobilenet_tf"][0]
     assert skipped["status"] == "SKIPPED" and skipped["reason"].startswith("UNSUPPORTED: operator Pad")
+    # the precision each cell computed in (perf.csv's precision column), the CPU and the runtimes
+    assert {r["training_precision"] for r in rows if r["status"] == "SUCCESS"} == {"f32"}
+    assert skipped["training_precision"] == ""  # it never ran
+    import openvino
+
+    openvino_row = [r for r in rows if r["backend"] == "openvino-cpu" and r["model"] == "vision/resnet18@1"][0]
+    assert json.loads(openvino_row["framework_versions"])["openvino"] == openvino.__version__
+    assert openvino_row["precision_source"] == "reported" and skipped["precision_source"] == ""
+    assert openvino_row["cpu_flags"].split() == cpu_flags() and openvino_row["cpu_model"]
     # the same rows in the results database
     from madengine.database import fetch_run
 
@@ -123,7 +137,97 @@ def test_real_models_on_every_cpu_backend(cli, models, tmp_path):
     # the HTML page: self-contained, coloured by status
     html = page.read_text()
     assert 'class="cell pass"' in html and 'class="cell unsupported"' in html and "tvm-relax-llvm" in html
+    assert '<span class="precision">f32</span>' in html and "<th>precision</th>" in html
     assert "<script" not in html and "http://" not in html and "https://" not in html
+
+
+# -- precision: f32 unless asked, reduced precision as cells of its own -------------------------------
+def test_opt_in_bf16_cells_on_real_models_pass_with_their_own_tolerance(cli, models, tmp_path):
+    """ResNet-18 and a BERT encoder: every f32 cell within the f32 tolerance; openvino-cpu:bf16, a cell
+    of its own, computes bf16 (its errors exceed f32's tolerance) and passes bf16's, or, on a CPU without
+    bf16 instructions, is UNSUPPORTED naming the flags (the f32 cells run all the same)."""
+    _require_backends("onnxruntime-cpu-opt-all", "openvino-cpu")
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"set": "vision", "name": "resnet18", "path": str(models["resnet18"])},
+        {"set": "nlp", "name": "bert", "path": str(models["bert"]), "$axes": {"batch": 2, "sequence": 16},
+         "tolerance": {"atol": 1e-4, "rtol": 1e-3}}])
+    perf, page = tmp_path / "perf.csv", tmp_path / "page.html"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), "--json",
+                 "--html", str(page), "--backends", "onnxruntime-cpu-opt-all,openvino-cpu,openvino-cpu:bf16")
+    assert result.code == 0, result
+    document = json.loads(result.stdout)
+    assert document["backends"] == ["onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-all", "openvino-cpu",
+                                    "openvino-cpu:bf16"]
+    cells, rows = cells_of(document), {(r["model"], r["backend"]): r for r in rows_of(perf)}
+    lacks = cpu_lacks("bf16")
+    for model in ("vision/resnet18", "nlp/bert"):
+        for backend in ("onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-all", "openvino-cpu"):
+            assert (cells[(model, backend)]["status"], cells[(model, backend)]["precision"]) == ("PASS", "f32")
+            assert rows[(model, backend)]["training_precision"] == "f32"
+        bf16, row = cells[(model, "openvino-cpu:bf16")], rows[(model, "openvino-cpu:bf16")]
+        assert bf16["precision_requested"] == "bf16"
+        if lacks:
+            assert bf16["status"] == "UNSUPPORTED" and "needs one of the CPU flags avx512_bf16" in bf16["reason"]
+            assert row["status"] == "SKIPPED"
+            continue
+        assert (bf16["status"], bf16["precision"], bf16["atol"], bf16["rtol"]) == ("PASS", "bf16", 2e-2, 2e-2), bf16
+        assert bf16["check"]["max_abs_error"] > 1e-4  # past f32's tolerance: it really computed bf16
+        assert (row["status"], row["training_precision"], row["atol"], row["rtol"]) == ("SUCCESS", "bf16", "0.02",
+                                                                                      "0.02")
+        assert "--backend openvino-cpu:bf16" in row["args"] and "--atol 0.02" in row["args"]
+    if not lacks:
+        assert "PASS bf16" in result.stderr and '<span class="precision">bf16</span>' in page.read_text()
+
+
+def test_precision_flag_makes_cells_and_what_cannot_run_is_unsupported(cli, tmp_path):
+    """--precision bf16 on every CPU backend: the reference stays f32; ONNX Runtime and TVM have no bf16
+    mode (UNSUPPORTED cells saying so, SKIPPED rows); the other cells still run; exit 0."""
+    _require_backends(*CPU.split(","))
+    build_mlp(tmp_path / "mlp.onnx")
+    suite = write_suite(tmp_path / "suite.yaml", [{"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 4}}])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"), "--json",
+                 "--backends", CPU, "--precision", "bfloat16")
+    assert result.code == 0, result
+    document = json.loads(result.stdout)
+    assert document["backends"] == ["onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-disabled:bf16",
+                                    "onnxruntime-cpu-opt-all:bf16", "openvino-cpu:bf16", "tvm-relax-llvm:bf16"]
+    cells = cells_of(document)
+    assert (cells[("mlp", "onnxruntime-cpu-opt-disabled")]["status"],
+            cells[("mlp", "onnxruntime-cpu-opt-disabled")]["precision"]) == ("PASS", "f32")
+    for backend in ("onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-all", "tvm-relax-llvm"):
+        cell = cells[("mlp", f"{backend}:bf16")]
+        assert cell["status"] == "UNSUPPORTED" and cell["precision"] == ""
+        assert f"{backend} cannot run bf16: it computes in the model's own types (f32)" in cell["reason"]
+    openvino = cells[("mlp", "openvino-cpu:bf16")]
+    assert openvino["status"] == ("UNSUPPORTED" if cpu_lacks("bf16") else "PASS"), openvino
+    rows = {r["backend"]: r for r in rows_of(perf)}
+    assert rows["tvm-relax-llvm:bf16"]["status"] == "SKIPPED"
+    assert rows["tvm-relax-llvm:bf16"]["reason"].startswith("UNSUPPORTED: tvm-relax-llvm cannot run bf16")
+
+
+def test_a_cpu_without_bf16_gets_an_unsupported_cell_and_the_rest_runs(cli, tmp_path, monkeypatch):
+    """The same answer on every machine: with the CPU's flags those of an AVX-512 CPU without bf16
+    (where OpenVINO would emulate it), openvino-cpu:bf16 is UNSUPPORTED with the reason, the f32 cells PASS."""
+    _require_backends("openvino-cpu")
+    from madengine.bench.harness import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo="/proc/cpuinfo": ["avx2", "fma", "avx512f"])
+    build_mlp(tmp_path / "mlp.onnx")
+    suite = write_suite(tmp_path / "suite.yaml", [
+        {"name": "mlp", "path": "mlp.onnx", "$axes": {"batch": 4}, "backends": ["openvino-cpu", "openvino-cpu:bf16"]}])
+    perf = tmp_path / "perf.csv"
+    result = cli("scorecard", str(suite), *FAST, "-o", str(perf), "--runs-dir", str(tmp_path / "runs"))
+    assert result.code == 0, result
+    rows = {r["backend"]: r for r in rows_of(perf)}
+    assert rows["openvino-cpu"]["scorecard_status"] == "PASS" and rows["openvino-cpu"]["training_precision"] == "f32"
+    skipped = rows["openvino-cpu:bf16"]
+    assert (skipped["status"], skipped["scorecard_status"], skipped["cpu_flags"]) == ("SKIPPED", "UNSUPPORTED",
+                                                                                      "avx2 fma avx512f")
+    assert skipped["reason"] == ("UNSUPPORTED: openvino-cpu cannot run bf16 on this CPU: bf16 needs one of the CPU "
+                                 "flags avx512_bf16, amx_bf16, avx_ne_convert, bf16 (this CPU has none: it would be "
+                                 "emulated)")
+    assert "mlp × openvino-cpu:bf16: UNSUPPORTED: openvino-cpu cannot run bf16" in result.stdout
 
 
 def test_zero_tolerance_on_a_float_model_is_a_mismatch_and_exit_1(cli, models, tmp_path):
@@ -251,6 +355,9 @@ def test_a_backend_that_is_not_installed_is_one_clear_cell(tmp_path):
     ([], {"url": "https://example.invalid/m.onnx", "path": None}, "is not fetchable"),
     ([], {"$axes": {}}, "dimension 0 ('batch') is dynamic and has no value"),
     (["--image", "madengine-no-such-image-x1:none"], {}, "image madengine-no-such-image-x1:none is not present"),
+    (["--precision", "fp8"], {}, "--precision: unknown precision 'fp8' (valid: f32, tf32, bf16, fp16, int8)"),
+    (["--backends", "openvino-cpu:q4"], {}, "--backends: unknown precision 'q4' in 'openvino-cpu:q4' (valid: f32"),
+    ([], {"backends": ["openvino-cpu:fp64"]}, "unknown precision 'fp64' in 'openvino-cpu:fp64'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, entry, words):
     build_mlp(tmp_path / "mlp.onnx")
@@ -269,7 +376,8 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, entry, words):
 
 def test_suite_tolerance_and_backends_parse_property():
     """Property: any finite non-negative atol/rtol (numbers or numeric text) round-trips; anything
-    negative, infinite or non-numeric is a one-line ConfigError naming the model."""
+    negative, infinite or non-numeric is a one-line ConfigError naming the model; a backend with or
+    without a precision (by any alias) comes back as its canonical cell name."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -278,17 +386,22 @@ def test_suite_tolerance_and_backends_parse_property():
     from madengine.core.errors import ConfigError
 
     good = st.floats(0, 1e6, allow_nan=False)
+    aliases = {"": "", "f32": "f32", "FP32": "f32", "bfloat16": "bf16", "bf16": "bf16", "f16": "fp16", "i8": "int8"}
+    cell = st.tuples(st.sampled_from(BACKEND_IDS), st.sampled_from(sorted(aliases)))
 
     @settings(max_examples=500 if IN_CI else 100, derandomize=True, deadline=None)
     @given(st.dictionaries(st.sampled_from(["atol", "rtol"]), st.one_of(good, good.map(repr)), min_size=1),
-           st.lists(st.sampled_from(BACKEND_IDS), max_size=4), st.one_of(st.floats(max_value=-1e-9), st.just("x"),
-                                                                       st.just(float("inf")), st.none()))
-    def check(tolerance, backends, bad):
+           st.lists(cell, max_size=4), st.one_of(st.floats(max_value=-1e-9), st.just("x"),
+                                                 st.just(float("inf")), st.none()))
+    def check(tolerance, cells, bad):
         parsed = tolerance_from(tolerance, "suite.yaml", "model 'm'")
         assert parsed == {k: float(v) for k, v in tolerance.items()}
-        assert backends_from(backends, "suite.yaml", "model 'm'") == backends
+        names = [f"{b}:{p}" if p else b for b, p in cells]
+        assert backends_from(names, "suite.yaml", "model 'm'") == [f"{b}:{aliases[p]}" if p else b for b, p in cells]
         with pytest.raises(ConfigError, match="model 'm'"):
             tolerance_from({"atol": bad}, "suite.yaml", "model 'm'")
+        with pytest.raises(ConfigError, match="unknown precision"):
+            backends_from([f"{BACKEND_IDS[0]}:fp8"], "suite.yaml", "model 'm'")
 
     check()
 
@@ -374,6 +487,9 @@ def test_image_runs_every_cell_in_a_container(cli, tmp_path, docker_client, dock
     for backend in ("onnxruntime-cpu-opt-disabled", "onnxruntime-cpu-opt-all", "openvino-cpu"):
         assert cells[("mlp", backend)]["status"] == "PASS", cells[("mlp", backend)]
         assert cells[("mlp", backend)]["stats"]["n"] == 3
+        # f32 inside the container too, and the versions are the container's (its Python)
+        assert cells[("mlp", backend)]["precision"] == "f32"
+        assert cells[("mlp", backend)]["environment"]["versions"]["python"].startswith(python_version + ".")
     tvm = cells[("mlp", "tvm-relax-llvm")]  # not installed in the image: one clear cell
     assert tvm["status"] == "UNSUPPORTED" and f"not installed (pip install apache-tvm) in image {image}" in tvm["reason"]
     rows = rows_of(perf)

@@ -1,7 +1,11 @@
 """The benchmark statistics as perf.csv extra columns (shared by ``madengine bench`` and models.json).
 
 Both paths turn a harness result (see :func:`madengine.bench.harness.engine.benchmark`) into the
-same columns with :func:`bench_columns`, so a row means the same whichever path wrote it.
+same columns with :func:`bench_columns`, so a row means the same whichever path wrote it. Where a
+result was measured is the same in bench and scorecard rows: the CPU model and its relevant flags
+(:func:`environment_columns`), and the versions of what computed it in perf.csv's own
+``framework_versions`` (:func:`runtime_versions`). The precision it was computed at is perf.csv's own
+``training_precision`` (``precision_source`` = ``reported``): :func:`set_reported`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from madengine.bench.harness.engine import metric_value
 
 #: extra perf.csv columns, in this order, after madengine's own
 BENCH_COLUMNS = (
-    "ort_provider", "ort_version", "cpu_model", "threads", "model_sha256", "batch_size", "input_shapes",
+    "ort_provider", "ort_version", "cpu_model", "cpu_flags", "threads", "model_sha256",
+    "batch_size", "input_shapes",
     "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv", "latency_min_ms",
     "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
     "inferences_per_second", "samples_per_second", "session_create_ms", "first_inference_ms", "prepared_cache",
@@ -35,10 +40,12 @@ def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str 
     """The extra columns of one benchmark result."""
     stats = result["stats"]
     environment = result.get("environment", {})
+    where = environment_columns(environment)
     columns: dict[str, Any] = {
         "ort_provider": result.get("provider", ""),
         "ort_version": environment.get("ort_version", ""),
-        "cpu_model": environment.get("cpu_model", ""),
+        "cpu_model": where["cpu_model"],
+        "cpu_flags": where["cpu_flags"],
         "threads": result.get("threads") or "auto",
         "model_sha256": model_sha256 or result.get("model_sha256", ""),
         "batch_size": result.get("batch_size", ""),
@@ -50,6 +57,28 @@ def bench_columns(result: dict[str, Any], *, model_sha256: str = "", cache: str 
     columns["first_inference_ms"] = significant(result.get("first_inference_ms"))
     columns["prepared_cache"] = cache or result.get("prepared_cache", "off")
     return columns
+
+
+def environment_columns(environment: dict[str, Any]) -> dict[str, Any]:
+    """``cpu_model`` and ``cpu_flags`` (the relevant ones, space-separated as in /proc/cpuinfo) of a
+    result's environment (a harness result's, or a scorecard cell's)."""
+    return {"cpu_model": environment.get("cpu_model", ""), "cpu_flags": " ".join(environment.get("cpu_flags", []))}
+
+
+def runtime_versions(environment: dict[str, Any]) -> dict[str, str]:
+    """Package → version of what computed a result (``versions`` of its environment; a harness result
+    from before it had them names onnxruntime alone): a row's ``framework_versions``."""
+    versions = environment.get("versions")
+    if versions is None and environment.get("ort_version"):
+        versions = {"onnxruntime": environment["ort_version"]}
+    return dict(sorted((versions or {}).items()))
+
+
+def set_reported(record: Any, precision: str, environment: dict[str, Any]) -> None:
+    """A bench or scorecard row's precision as the runtime reported it, and the versions that computed it."""
+    record.training_precision = precision
+    record.precision_source = "reported" if precision else ""
+    record.framework_versions = runtime_versions(environment)
 
 
 def latency_columns(stats: dict[str, Any]) -> dict[str, Any]:

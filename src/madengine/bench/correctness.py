@@ -3,7 +3,9 @@
 An element passes when ``|candidate - reference| <= atol + rtol * |reference|`` (numpy's
 ``allclose`` rule), NaN matching NaN and infinities matching the same infinity. Defaults:
 ``atol = 1e-4`` and ``rtol = 1e-4`` (the Relax scorecard's), for float32 models compared with
-onnxruntime on the CPU; a model can set its own (e.g. looser for float16, 0 for exact).
+onnxruntime on the CPU; a model can set its own (e.g. looser for float16, 0 for exact). A backend
+that computed in a reduced precision is checked with that precision's own tolerance
+(:data:`PRECISION_TOLERANCES`, or the model's where that is looser): :func:`tolerance_for`.
 Integer and boolean outputs use the same rule on their values (exact with the defaults for small
 integers); an output whose shape or dtype differs, or that is missing, is a mismatch whatever the
 tolerances.
@@ -38,6 +40,28 @@ class Tolerance:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or math.isinf(value):
                 raise ValueError(f"{name} must be a finite number of 0 or more, got {value!r}")
+
+
+#: the tolerance each precision is checked with, against an f32 reference (docs/scorecard.md). Set
+#: from the unit roundoff of each format (bf16 2^-8, fp16 and tf32 2^-11) times the growth of a few
+#: dozen layers, with room over what ResNet-18 and a small BERT show (see the docs' measured figures)
+PRECISION_TOLERANCES = {
+    "f32": Tolerance(),
+    "tf32": Tolerance(atol=5e-3, rtol=5e-3),
+    "fp16": Tolerance(atol=1e-2, rtol=1e-2),
+    "bf16": Tolerance(atol=2e-2, rtol=2e-2),
+    "int8": Tolerance(atol=1e-1, rtol=1e-1),
+}
+
+
+def tolerance_for(precision: str, model: Tolerance | None = None) -> Tolerance:
+    """The tolerance a result computed at ``precision`` is checked with: the model's own (default
+    1e-4) at f32 or a precision without an entry; else the precision's, or the model's where looser."""
+    model = model or Tolerance()
+    own = PRECISION_TOLERANCES.get(precision)
+    if own is None or precision == "f32":
+        return model
+    return Tolerance(atol=max(model.atol, own.atol), rtol=max(model.rtol, own.rtol))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """``madengine bench``: benchmark ONNX models in-process and record one perf.csv row per result.
 
 Order, so that bad input never costs a benchmark: every model file is found and hashed (and its
-sha256 checked), every provider is checked against what the installed onnxruntime offers, and
-every model's input shapes are resolved from its declared signature; only then does anything run.
-Each result is appended to perf.csv as soon as it exists. A model that fails to load or run gets a
-FAILURE row and the others still run.
+sha256 checked), every provider is checked against what the installed onnxruntime offers, every
+precision named, and every model's input shapes are resolved from its declared signature; only then
+does anything run. Each result is appended to perf.csv as soon as it exists. A model that fails to
+load or run gets a FAILURE row and the others still run. Every provider computes at f32 unless
+``--precision`` asks otherwise; a precision a provider cannot compute is a SKIPPED row
+(``UNSUPPORTED: ...``), never a run at another precision. The precision ONNX Runtime reports
+(:func:`madengine.bench.harness.precision.ort_session_precision`) is the row's ``training_precision``.
 
 Trace: a ``madengine.bench`` span, a ``model`` span per model × provider (model, backend, status,
 figure, metric) with the harness's phases under it (session_create, first_inference, warmup,
@@ -23,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from madengine.bench import cache as prepared_cache
-from madengine.bench.columns import bench_columns, performance
+from madengine.bench.columns import bench_columns, performance, set_reported
 from madengine.bench.harness import HarnessError, HarnessInputError, engine
+from madengine.bench.harness import precision as numerics
+from madengine.bench.harness.errors import PrecisionUnsupported
 from madengine.bench.harness.inputs import InputSpec, parse_axes, parse_shapes, resolve_shapes
 from madengine.bench.recording import Recording
 from madengine.bench.spans import PhaseSpans, add_ort_profile, model_attributes
@@ -58,6 +63,7 @@ class BenchRequest(Recording):
     profile: bool = False
     metric: str = "throughput"
     use_cache: bool = True
+    precisions: list[str] = dataclasses.field(default_factory=lambda: [numerics.DEFAULT])  # --precision
 
 
 @dataclasses.dataclass
@@ -99,6 +105,7 @@ def _outcome_json(outcome: BenchOutcome) -> dict[str, Any]:
     record, result = outcome.record, outcome.result or {}
     out: dict[str, Any] = {
         "model": record.model, "path": str(outcome.entry.path), "provider": outcome.provider,
+        "backend": record.backend, "precision": record.training_precision,
         "status": record.status, "reason": record.reason, "performance": record.performance,
         "metric": record.metric, "columns": {k: v for k, v in record.extra.items()},
         "artifacts": record.artifacts,
@@ -114,6 +121,14 @@ class _Plan:
     entry: ModelEntry
     provider: str  # the ORT provider name
     sha256: str
+    precision: str = numerics.DEFAULT
+
+    @property
+    def backend(self) -> str:
+        """perf.csv ``backend``: ``onnxruntime-<provider>``, ``:<precision>`` added when not f32."""
+        from madengine.bench.backends import cell_name
+
+        return cell_name(f"onnxruntime-{engine.short_provider(self.provider)}", self.precision)
 
 
 def run_bench(request: BenchRequest, reporter: Reporter | None = None) -> BenchSummary:
@@ -144,18 +159,18 @@ def run_bench(request: BenchRequest, reporter: Reporter | None = None) -> BenchS
 def _bench_and_record(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                       reporter: Reporter, tracer: Any) -> None:
     """One benchmark in its ``model`` span; its row goes to perf.csv at once."""
-    backend = f"onnxruntime-{engine.short_provider(plan.provider)}"
-    with tracer.span(names.SPAN_MODEL, model_attributes(plan.entry.name, backend, "bench")) as span:
+    with tracer.span(names.SPAN_MODEL, model_attributes(plan.entry.name, plan.backend, "bench")) as span:
         outcome = _bench_one(plan, request, summary, ort_version, reporter, tracer)
         describe_span(span, outcome.record)
         with tracer.span(names.SPAN_RECORDING):
             append_records(request.output, [outcome.record])
     summary.outcomes.append(outcome)
     record = outcome.record
-    reporter.message(f"madengine: {record.model} [{outcome.provider}]: {record.status}"
+    label = plan.backend.removeprefix("onnxruntime-")
+    reporter.message(f"madengine: {record.model} [{label}]: {record.status}"
                      + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
     for warning in (outcome.result or {}).get("warnings", []):
-        reporter.message(f"madengine: warning: {record.model} [{outcome.provider}]: {warning}")
+        reporter.message(f"madengine: warning: {record.model} [{label}]: {warning}")
 
 
 # -- checks before anything runs ------------------------------------------------------------------
@@ -170,6 +185,15 @@ def _check_request(request: BenchRequest) -> None:
             raise InputError(f"must be {low} or more, got {value}", path=name)
     if request.min_time is not None and not request.min_time > 0:
         raise InputError(f"must be more than 0 seconds, got {request.min_time}", path="--min-time")
+    _precisions(request)
+
+
+def _precisions(request: BenchRequest) -> list[str]:
+    """``--precision``'s names, checked (an unknown one is bad input naming the valid ones)."""
+    try:
+        return numerics.parse_list(",".join(request.precisions))
+    except HarnessInputError as exc:
+        raise InputError(exc.message, path="--precision", hint=exc.hint) from None
 
 
 def _entries(request: BenchRequest) -> list[ModelEntry]:
@@ -204,7 +228,7 @@ def _plans(entries: list[ModelEntry], request: BenchRequest, available: list[str
             except HarnessInputError as exc:
                 raise InputError(exc.message, path=entry.source or exc.field,
                                  field=f"model '{entry.name}'" if entry.source else None, hint=exc.hint) from None
-            plans.append(_Plan(entry, full_name, sha256))
+            plans += [_Plan(entry, full_name, sha256, precision) for precision in _precisions(request)]
     return plans
 
 
@@ -266,25 +290,28 @@ def _check_signature(entry: ModelEntry, batch_size: int | None) -> None:
 def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_version: str,
                reporter: Reporter, tracer: Any) -> BenchOutcome:
     entry, short = plan.entry, engine.short_provider(plan.provider)
-    artifacts = unused_folder(summary.run_dir / folder_name(entry.name, short))
+    artifacts = unused_folder(summary.run_dir / folder_name(entry.name, plan.backend.removeprefix("onnxruntime-")))
     started_at = utc_now()
     started = time.monotonic()
     options = engine.BenchOptions(
         provider=plan.provider, threads=request.threads, warmup=request.warmup, iterations=request.iterations,
         min_time=request.min_time, seed=request.seed, batch_size=entry.batch_size or request.batch_size,
-        shapes=entry.shapes, axes=entry.axes, profile=request.profile, artifacts_dir=str(artifacts))
-    reporter.message(f"madengine: benchmarking {entry.name} on {short}")
+        shapes=entry.shapes, axes=entry.axes, profile=request.profile, artifacts_dir=str(artifacts),
+        precision=plan.precision)
+    reporter.message(f"madengine: benchmarking {entry.name} on {plan.backend.removeprefix('onnxruntime-')}")
     cpu = engine.cpu_model()
     prepared = prepared_cache.prepare(entry.path, plan.sha256, plan.provider, ort_version, cpu, platform.machine(),
-                                      request.environ, request.use_cache)
+                                      request.environ, request.use_cache, precision=plan.precision)
     record = _base_record(entry, plan, request, summary.run_id, started_at, tracer.trace_id)
     phases = PhaseSpans(tracer)
     try:
         result, prepared = _run_prepared(entry, options, prepared, phases)
     except HarnessInputError as exc:
         raise InputError(exc.message, path=entry.source or str(entry.path), field=exc.field, hint=exc.hint) from None
-    except HarnessError as exc:
-        record.status, record.reason = Status.FAILURE, str(exc)
+    except HarnessError as exc:  # PrecisionUnsupported: a SKIPPED row (the scorecard's UNSUPPORTED)
+        unsupported = isinstance(exc, PrecisionUnsupported)
+        record.status = Status.SKIPPED if unsupported else Status.FAILURE
+        record.reason = f"UNSUPPORTED: {exc}" if unsupported else str(exc)
         record.test_duration = time.monotonic() - started
         return BenchOutcome(entry, short, record, None)
     add_ort_profile(tracer, result, phases)
@@ -293,6 +320,7 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
     stats_file = artifacts / "bench_result.json"
     stats_file.write_text(json.dumps(result, indent=1), encoding="utf-8")
     record.status = Status.SUCCESS
+    set_reported(record, result.get("precision", ""), result.get("environment", {}))
     record.performance, record.metric = performance(result, request.metric)
     record.test_duration = time.monotonic() - started
     record.artifacts = [str(stats_file), *result.get("profile_files", [])]
@@ -308,6 +336,8 @@ def _run_prepared(entry: ModelEntry, options: engine.BenchOptions, prepared: pre
     dropped and the original file benchmarked instead, so the cache can never fail a run."""
     try:
         result = engine.benchmark(str(prepared.path), _with_prepared(options, prepared), phase)
+    except PrecisionUnsupported:  # nothing was created: the cached copy (if any) is fine
+        raise
     except HarnessInputError:
         prepared_cache.discard(prepared)
         raise
@@ -339,8 +369,7 @@ def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: 
         gpu_architecture=gpu_architecture(vendor), pipeline=request.environ.get("pipeline", ""),
         build_number=request.environ.get("BUILD_NUMBER", "0"), run_id=run_id, trace_id=trace_id, executor="bench",
         started_at=started_at, gpu_vendor=vendor, madengine_version=__version__,
-        command_line=request.command_line,
-        backend=f"onnxruntime-{engine.short_provider(plan.provider)}")  # part of the result identity
+        command_line=request.command_line, backend=plan.backend)  # part of the result identity
 
 
 def gpu_architecture(vendor: str) -> str:
@@ -357,6 +386,8 @@ def gpu_architecture(vendor: str) -> str:
 def _args_text(entry: ModelEntry, plan: _Plan, request: BenchRequest) -> str:
     """The settings that define the measured workload, as one perf.csv ``args`` cell."""
     parts = [f"--provider {engine.short_provider(plan.provider)}"]
+    if plan.precision != numerics.DEFAULT:
+        parts.append(f"--precision {plan.precision}")
     batch = entry.batch_size or request.batch_size
     if batch is not None:
         parts.append(f"--batch-size {batch}")

@@ -14,7 +14,7 @@ entry follows the Relax scorecard's model list::
       $axes: {batch: 8}      # optional; dynamic axis → size
       providers: [cpu, cuda] # optional; one result per provider (default: --provider)
       batch_size: 8          # optional; default: --batch-size
-      backends: [openvino-cpu, tvm-relax-llvm]  # optional; madengine scorecard's backends for this model
+      backends: [openvino-cpu, openvino-cpu:bf16]  # optional; madengine scorecard's cells for this model
       tolerance: {atol: 1e-3, rtol: 1e-3}       # optional; scorecard's output check (default 1e-4 both)
       reference: onnx-reference                  # optional; scorecard's reference (onnxruntime-cpu-opt-disabled)
 
@@ -167,15 +167,24 @@ def _url_file_name(url: str, suite: Path, where: str) -> str:
 
 
 def backends_from(value: Any, suite: str | Path, where: str) -> list[str]:
-    """A model's scorecard backends: known backend ids (see madengine.bench.backends)."""
-    from madengine.bench.backends import BACKEND_IDS
+    """A model's scorecard cells: known backend ids, each optionally at a precision of its own
+    (``openvino-cpu:bf16``, ``openvino-cpu:fp32`` → ``openvino-cpu:f32``; see
+    madengine.bench.backends.split_cell)."""
+    from madengine.bench.backends import BACKEND_IDS, split_cell
 
     names = providers_from(value, suite, where, key="backends")
-    unknown = [n for n in names if n not in BACKEND_IDS]
+    unknown = [n for n in names if n.partition(":")[0].strip() not in BACKEND_IDS]
     if unknown:
         raise ConfigError(f"unknown backend(s) {', '.join(unknown)}", path=str(suite), field=f"{where}: backends",
                           hint="known: " + ", ".join(BACKEND_IDS))
-    return names
+    cells = []
+    for name in names:
+        try:
+            backend, precision = split_cell(name)
+            cells.append(f"{backend}:{precision}" if precision else backend)
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=str(suite), field=f"{where}: backends") from None
+    return cells
 
 
 def tolerance_from(value: Any, suite: str | Path, where: str) -> dict[str, float]:

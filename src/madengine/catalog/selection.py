@@ -14,6 +14,7 @@ A tag is ``selector[:key=value[:key2=value2...]]``.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import Iterable
 
 from madengine.catalog.schema import Model
@@ -67,12 +68,27 @@ def parse_tag(text: str) -> TagSpec:
         if not key or not all(c.isalnum() or c in "-_." for c in key):
             raise CatalogError(f"tag '{text}' has a bad config key '{key}'", path="--tags",
                                hint="keys are letters, digits, '-', '_' or '.'")
-        configs.append((key, value.strip() if sep else ""))
+        configs.append((key, _config_value(text, key, value.strip()) if sep else ""))
     scope = None
     filter_ = selector
     if selector.count("/") == 1:
         scope, filter_ = selector.split("/")
     return TagSpec(text=text, selector=selector, scope=scope, filter=filter_, configs=tuple(configs))
+
+
+def _config_value(tag: str, key: str, value: str) -> str:
+    """A tag config's value, checked now: it becomes the model's arguments (split like a shell
+    line), an environment variable and a build argument, so an open quote or a control character
+    is an error naming the tag before anything runs, never a FAILURE row later."""
+    if not value.isprintable():
+        raise CatalogError(f"tag '{tag}': the value of '{key}' holds a control character", path="--tags",
+                           hint="write the value on one line, without escape sequences")
+    try:
+        shlex.split(value)
+    except ValueError as exc:
+        raise CatalogError(f"tag '{tag}': the value of '{key}' cannot be read as arguments ({exc})",
+                           path="--tags", hint="close the quote, e.g. --tags \"m:x='a b'\"") from None
+    return value
 
 
 def _suggest(tag: str, catalog: Catalog) -> list[str]:

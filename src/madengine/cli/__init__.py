@@ -20,6 +20,7 @@ from madengine.cli.env import Environment
 from madengine.cli.render import one_line
 from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption
 from madengine.core.redact import redact
+from madengine.core.values import PART_LIMIT
 
 COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "k8s", "completion")
 
@@ -150,7 +151,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     except MadEngineError as exc:
         if debug:
             _print_traceback(env)
-        print(f"madengine: error: {one_line(redact(str(exc)))}", file=env.stderr, flush=True)
+        print(f"madengine: error: {exc}", file=env.stderr, flush=True)  # one line: see MadEngineError
         return int(exc.exit_status)
     except KeyboardInterrupt as exc:
         print(f"madengine: {interruption(exc)}", file=env.stderr, flush=True)
@@ -160,7 +161,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
     except Exception as exc:  # a bug: one line, the traceback only on request
         if debug:
             _print_traceback(env)
-        print(f"madengine: internal error: {type(exc).__name__}: {one_line(redact(str(exc)))} "
+        print(f"madengine: internal error: {type(exc).__name__}: {one_line(redact(str(exc)), PART_LIMIT)} "
               "(rerun with --debug for the traceback)",
               file=env.stderr, flush=True)
         return int(ExitStatus.INTERNAL)

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from madengine.core.values import one_line
+
+__all__ = ["one_line", "table", "status_painter", "STATUS_COLOURS"]
+
 #: ANSI colours of the statuses (only on a TTY, and never with NO_COLOR or --no-color)
 STATUS_COLOURS = {"SUCCESS": "\x1b[32m", "FAILURE": "\x1b[1;31m", "SKIPPED": "\x1b[33m"}
 _RESET = "\x1b[0m"
-
-
-def one_line(text: str) -> str:
-    """``text`` with newlines and other control characters escaped (``\\n``, ``\\x1b``): a message
-    stays one line, and text from files or flags cannot move the cursor or recolour the terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], max_width: int = 60,

@@ -2,7 +2,8 @@
 
 Order (later wins): detected values → ``--additional-context-file`` (JSON) →
 ``--additional-context`` (JSON or a Python dict literal, parsed with ``json`` then
-``ast.literal_eval``; never ``eval``). Nested dicts merge key by key.
+``ast.literal_eval``; never ``eval``). Nested dicts merge key by key. Every key must be one of
+:mod:`madengine.context.keys` (free-form values go under ``extra``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from madengine.context.detect import VENDORS, detect_gpus, detect_host_os
+from madengine.context.keys import KEYS, PASS_THROUGH, unknown_key_hint, without_effect
 from madengine.core.errors import ContextError
 from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
 from madengine.core.values import MAX_TIMEOUT, brief, timeout_seconds, whole_number
@@ -22,8 +24,6 @@ from madengine.launch.spec import check_block
 
 DEFAULT_GUEST_OS = "UBUNTU"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DICT_KEYS = ("docker_build_arg", "docker_env_vars", "docker_mounts", "slurm", "data")
-_LIST_KEYS = ("tools", "pre_scripts", "post_scripts")
 _EXAMPLE = "e.g. --additional-context '{\"gpu_vendor\": \"AMD\", \"guest_os\": \"UBUNTU\"}'"
 
 
@@ -116,13 +116,35 @@ def deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, An
 
 
 def validate_context(values: dict[str, Any], source: str = "context") -> dict[str, Any]:
-    """Check the types of the keys madengine reads; normalise vendor/OS names. Returns ``values``."""
-    for key in _DICT_KEYS:
-        if key in values and not isinstance(values[key], dict):
-            raise ContextError(f"must be a dict, got {type(values[key]).__name__}", path=source, field=key)
-    for key in _LIST_KEYS:
-        if key in values and not isinstance(values[key], list):
-            raise ContextError(f"must be a list, got {type(values[key]).__name__}", path=source, field=key)
+    """Check that every key is known (:mod:`madengine.context.keys`) and holds a value of its type;
+    normalise vendor/OS names, numbers and the GPU list. Returns ``values``."""
+    for key, value in values.items():
+        _check_key(key, value, source)
+    _check_variables(values, source)
+    _check_names(values, source)
+    _check_numbers(values, source)
+    if "docker_gpus" in values:
+        parse_gpu_list(values["docker_gpus"], source)
+        values["docker_gpus"] = str(values["docker_gpus"]).strip()
+    if "distributed" in values:  # the one place a context's launcher block is read (docs/distributed.md)
+        values["distributed"] = check_block(values["distributed"], source=source)
+    return values
+
+
+_TYPE_NAMES = {dict: "a dict", list: "a list", str: "a string"}
+
+
+def _check_key(key: str, value: Any, source: str) -> None:
+    known = KEYS.get(key)
+    if known is None:
+        raise ContextError("unknown context key", path=source, field=key, hint=unknown_key_hint(key))
+    if known.kind is not None and not isinstance(value, known.kind):
+        got = brief(value) if known.kind is str else type(value).__name__
+        raise ContextError(f"must be {_TYPE_NAMES[known.kind]}, got {got}", path=source, field=key)
+
+
+def _check_variables(values: dict[str, Any], source: str) -> None:
+    """``docker_build_arg`` and ``docker_env_vars``: valid names, scalar values (made strings)."""
     for key in ("docker_build_arg", "docker_env_vars"):
         table = values.get(key, {})
         for name, value in list(table.items()):
@@ -131,9 +153,9 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
             if isinstance(value, (dict, list)):
                 raise ContextError(f"value of '{name}' must be a string or number", path=source, field=key)
             table[name] = "" if value is None else str(value)
-    for key in ("gpu_vendor", "guest_os"):
-        if key in values and not isinstance(values[key], str):
-            raise ContextError(f"must be a string, got {brief(values[key])}", path=source, field=key)
+
+
+def _check_names(values: dict[str, Any], source: str) -> None:
     if "gpu_vendor" in values:
         vendor = values["gpu_vendor"].upper()
         if vendor not in VENDORS:
@@ -142,6 +164,9 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
         values["gpu_vendor"] = vendor
     if "guest_os" in values:
         values["guest_os"] = values["guest_os"].upper()
+
+
+def _check_numbers(values: dict[str, Any], source: str) -> None:
     if "timeout" in values:
         seconds = timeout_seconds(values["timeout"])
         if seconds is None:
@@ -155,9 +180,36 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
                 raise ContextError(f"must be an integer of {least} or more, got {brief(values[key])}", path=source,
                                    field=key)
             values[key] = number
-    if "distributed" in values:  # the one place a context's launcher block is read (docs/distributed.md)
-        values["distributed"] = check_block(values["distributed"], source=source)
-    return values
+
+
+#: the highest GPU index a ``docker_gpus`` list may name (a typo like 0-99999999 must not fill memory)
+MAX_GPU_INDEX = 4095
+
+
+def parse_gpu_list(text: Any, source: str = "context") -> list[int]:
+    """``'0,2-4'`` → ``[0, 2, 3, 4]`` (an int is one index); anything else is a :class:`ContextError`
+    naming ``docker_gpus``."""
+    if isinstance(text, bool) or not isinstance(text, (str, int)):
+        raise ContextError(f"must be a GPU list such as '0,2-4', got {brief(text)}", path=source,
+                           field="docker_gpus")
+    ids: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, sep, high = part.partition("-")
+        first, last = _gpu_index(low), _gpu_index(high) if sep else _gpu_index(low)
+        if first is None or last is None or first > last:
+            raise ContextError(f"bad GPU list {brief(text)}", path=source, field="docker_gpus",
+                               hint=f"write indices 0 to {MAX_GPU_INDEX} and ranges low-high, e.g. '0,2-4'")
+        ids.update(range(first, last + 1))
+    return sorted(ids)
+
+
+def _gpu_index(text: str) -> int | None:
+    text = text.strip()
+    number = whole_number(text) if text[:1] not in "+-" else None
+    return number if number is not None and 0 <= number <= MAX_GPU_INDEX else None
 
 
 class Context:
@@ -209,9 +261,16 @@ class Context:
         return self.values.get("distributed") or {}
 
     def summary(self) -> dict[str, Any]:
-        """The values that describe where a result was measured (recorded with every row)."""
-        keys = ("gpu_vendor", "gpu_architecture", "gpu_product_name", "system_ngpus", "host_os", "guest_os")
+        """The values that describe where a result was measured, and the user's free-form ``extra``
+        values (recorded with every row)."""
+        keys = ("gpu_vendor", "gpu_architecture", "gpu_product_name", "system_ngpus", "host_os", "guest_os",
+                PASS_THROUGH)
         return {k: self.values[k] for k in keys if k in self.values}
+
+    def warnings(self) -> list[str]:
+        """One line per key given that changes nothing here (accepted for compatibility)."""
+        return [f"context key '{name}' has no effect here ({KEYS[name].meaning}); see docs/catalog-and-context.md"
+                for name in without_effect(self.values)]
 
 
 def detected_values() -> dict[str, Any]:
@@ -233,5 +292,5 @@ def build_context(*, context_file: str | Path | None = None, context_string: str
     if context_file:
         values = deep_merge(values, validate_context(load_context_file(context_file), str(context_file)))
     if context_string:
-        values = deep_merge(values, validate_context(parse_context_string(context_string)))
+        values = deep_merge(values, validate_context(parse_context_string(context_string), "--additional-context"))
     return Context(validate_context(values))

@@ -2,8 +2,9 @@
 
 Candidates are the files ``<dockerfile>.*`` (sorted). A ``# CONTEXT {...}`` line in a candidate's
 first lines lists key/values; the candidate is dropped when a key it names is present in the
-context with a different value (exact comparison). A candidate without a header matches every
-context. No candidate left is an error naming the model: never a silent success.
+context (or among its ``extra`` values) with a different value (exact comparison). A candidate
+without a header matches every context. No candidate left is an error naming the model: never a
+silent success.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from madengine.context.keys import PASS_THROUGH
 from madengine.core.errors import ConfigError, ExecutionError
 
 HEADER_LINES = 5
@@ -58,7 +60,11 @@ def read_context_header(path: Path) -> dict[str, Any]:
 
 
 def matches(header: Mapping[str, Any], context: Mapping[str, Any]) -> bool:
-    return all(key not in context or context[key] == value for key, value in header.items())
+    """Whether no key of ``header`` is in the context with another value; the context's free-form
+    ``extra`` values count as keys too (a top-level key wins)."""
+    extra = context.get(PASS_THROUGH)
+    values = {**extra, **context} if isinstance(extra, Mapping) else context
+    return all(key not in values or values[key] == value for key, value in header.items())
 
 
 def candidates(root: Path, dockerfile: str) -> list[Dockerfile]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import enum
 
+from madengine.core.redact import redact
+from madengine.core.values import PART_LIMIT, one_line
+
 
 class ExitStatus(enum.IntEnum):
     """Process exit statuses of every ``madengine`` command (documented in ``--help``)."""
@@ -49,7 +52,9 @@ class MadEngineError(Exception):
     """Base of every error madengine raises on purpose.
 
     ``path`` names the file (or flag) at fault, ``field`` the model/field/key inside it, and
-    ``hint`` says what to do. ``str()`` gives the one line the CLI prints.
+    ``hint`` says what to do. ``str()`` gives the one line the CLI prints (and a FAILURE row's
+    reason): every part with its secrets masked, its control characters escaped (a newline in a tag
+    or a data name reads ``\\n``) and at most :data:`~madengine.core.values.PART_LIMIT` characters.
     """
 
     exit_status = ExitStatus.BAD_INPUT
@@ -63,11 +68,16 @@ class MadEngineError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        where = ": ".join(str(p) for p in (self.path, self.field) if p)
-        text = f"{where}: {self.message}" if where else self.message
+        where = ": ".join(_part(p) for p in (self.path, self.field) if p)
+        text = f"{where}: {_part(self.message)}" if where else _part(self.message)
         if self.hint:
-            text = f"{text} ({self.hint})"
+            text = f"{text} ({_part(self.hint)})"
         return text
+
+
+def _part(text: object) -> str:
+    """One part of an error's line: redacted before it is cut, so no piece of a secret survives."""
+    return one_line(redact(str(text)), PART_LIMIT)
 
 
 class InputError(MadEngineError):

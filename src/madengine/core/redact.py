@@ -1,6 +1,7 @@
 """Redaction of secret values from every text that leaves the process.
 
-Secrets are registered by value (credentials, tokens, passwords) when they are loaded; every
+Secrets are registered by value (credentials, tokens, passwords, credential user names) when they
+are loaded; every
 writer of logs, perf rows, reports and error messages passes its text through :func:`redact`.
 Redacting by value rather than by key catches a secret wherever a script echoes it.
 
@@ -35,6 +36,24 @@ def register_secret(value: object) -> None:
         _secrets.add(text)
         # longest first, so a secret that contains another is masked whole
         _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+
+
+#: account names every system or service has by default: they tell nothing, and masking them would
+#: mask ordinary text (``/root``, ``git@host``, ``docker rm``, every ``madengine:`` line, the
+#: ``minio`` provider type of a row)
+COMMON_USERNAMES = frozenset({
+    "root", "admin", "administrator", "user", "guest", "nobody", "anonymous", "test", "testing", "git", "docker",
+    "madengine", "ubuntu", "debian", "centos", "ec2-user", "jenkins", "runner", "x-access-token", "x-token-auth",
+    "oauth2", "token", "minio", "minioadmin", "local", "custom", "mysql", "postgres", "mongo",
+})
+
+
+def register_username(value: object) -> None:
+    """Remember a credential's user name so that :func:`redact` masks it like a password (who may log
+    in where is not for a CI log), unless it is one of :data:`COMMON_USERNAMES`."""
+    text = "" if value is None else str(value)
+    if text.strip().lower() not in COMMON_USERNAMES:
+        register_secret(text)
 
 
 #: ``scheme://user:password@``: the password is everything up to the last ``@`` of the authority

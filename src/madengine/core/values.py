@@ -25,6 +25,30 @@ def brief(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+#: the most characters one part of a message (a file, a field, the message, the hint) keeps: a value
+#: pasted by mistake (a whole file in a flag) is cut in the middle, where the least is lost
+PART_LIMIT = 500
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """``text`` with newlines and other control characters escaped (``\\n``, ``\\x1b``): a message
+    stays one line, and text from files or flags cannot move the cursor or recolour the terminal.
+    With a ``limit``, a longer result keeps its start and its end around ``…(N characters cut)…``."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    if limit is None or len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    while True:  # the marker's own length decides how much is cut: settles in two rounds at most
+        marker = f"…({cut} characters cut)…"
+        keep = max(limit - len(marker), 2)
+        if len(text) - keep == cut:
+            break
+        cut = len(text) - keep
+    head = keep * 2 // 3
+    return text[:head] + marker + text[len(text) - (keep - head):]
+
+
 def whole_number(value: Any) -> int | None:
     """``value`` as an int when it is one: an int (not a bool), an integral finite float, or text of
     ASCII digits with an optional sign; None otherwise."""

@@ -2,9 +2,9 @@
 
 ``credential.json`` (in the model repository root) is a JSON object keyed by credential name. An
 environment variable with the same name as an entry, holding JSON, replaces that entry, so CI can
-inject credentials without a file. Every secret value is registered with
-:func:`madengine.core.redact.register_secret` as soon as it is read, so it is masked in every text
-that leaves the process; error messages name files and fields, never values.
+inject credentials without a file. Every secret value, and every user name, is registered with
+:mod:`madengine.core.redact` as soon as it is read, so it is masked in every text that leaves the
+process; error messages name files and fields, never values.
 
 Git clones get their credentials without putting them in the URL or on a command line: HTTPS
 through a ``GIT_ASKPASS`` script that reads them from the git process's environment, SSH through
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from madengine.core.errors import CredentialError
 from madengine.core.jsonio import MAX_DEPTH, json_problem, read_json_file, too_deep
-from madengine.core.redact import register_secret, register_url_secrets
+from madengine.core.redact import register_secret, register_url_secrets, register_username
 from madengine.core.values import brief, port_number
 
 CREDENTIAL_FILE = "credential.json"
@@ -35,9 +35,12 @@ AWS_S3 = "MAD_AWS_S3"
 MINIO = "MAD_MINIO"
 NAS_NODES = "NAS_NODES"
 
+#: entry fields that name an account: masked like a password (an S3 USERNAME is an access key id),
+#: unless the name is a common one (:data:`madengine.core.redact.COMMON_USERNAMES`)
+USERNAME_FIELDS = frozenset({"username", "user"})
 #: entry fields that identify rather than authenticate; everything else is treated as a secret
 NON_SECRET_FIELDS = frozenset({
-    "username", "user", "name", "host", "port", "repository", "ssh_key_file", "key_file", "known_hosts",
+    "name", "host", "port", "repository", "ssh_key_file", "key_file", "known_hosts",
     "known_hosts_file", "strict_host_key_checking", "host_key_fingerprint", "minio_endpoint",
     "aws_endpoint_url_s3", "endpoint", "region",
 })
@@ -63,8 +66,8 @@ def credential_file(root: Path | None = None) -> Path:
 
 def register_entry_secrets(value: Any, key: str = "", plain: frozenset[str] = NON_SECRET_FIELDS) -> None:
     """Register the secret values inside one entry (nested objects and lists included): every value
-    of a field not in ``plain``, and the password of every URL in any string (an endpoint's
-    ``http://user:password@host`` included)."""
+    of a field not in ``plain``, every user name, and the password of every URL in any string (an
+    endpoint's ``http://user:password@host`` included)."""
     if isinstance(value, Mapping):
         for sub_key, sub_value in value.items():
             register_entry_secrets(sub_value, str(sub_key), plain)
@@ -72,7 +75,9 @@ def register_entry_secrets(value: Any, key: str = "", plain: frozenset[str] = NO
         for item in value:
             register_entry_secrets(item, key, plain)
     elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        if key and key.lower() not in plain:
+        if key.lower() in USERNAME_FIELDS:
+            register_username(value)
+        elif key and key.lower() not in plain:
             register_secret(value)
         else:
             register_url_secrets(value)
@@ -403,11 +408,12 @@ def git_environment(model, root: Path | None = None,
     url, inline = _without_url_password(model.url)
     entry, where = git_credential_entry(model, load_credentials(credential_file(root), environ)) \
         if needs_credentials(model) else (None, "")
-    if entry is None and inline is not None:
+    if entry is None and inline is not None:  # its password is registered; its user shows, as in every URL
         entry, where = inline, f"url of model '{model.name}'"
+    elif entry is not None:
+        register_entry_secrets(entry)
     if entry is None:
         return {"GIT_TERMINAL_PROMPT": "0"}, url, lambda: None
-    register_entry_secrets(entry)
     if is_ssh_url(url):
         return _ssh_environment(entry, url, where), url, lambda: None
     env, cleanup = _https_environment(entry, where)

@@ -176,7 +176,8 @@ def user_context(options: RunOptions) -> dict[str, Any]:
     if options.context_file:
         values = deep_merge(values, validate_context(load_context_file(options.context_file), options.context_file))
     if options.context_string:
-        values = deep_merge(values, validate_context(parse_context_string(options.context_string)))
+        values = deep_merge(values, validate_context(parse_context_string(options.context_string),
+                                                     "--additional-context"))
     return values
 
 

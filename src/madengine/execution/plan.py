@@ -7,6 +7,7 @@ fills it with.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 import shlex
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from madengine.catalog.schema import Model
-from madengine.context.context import Context
+from madengine.context.context import Context, parse_gpu_list
 from madengine.core.errors import ExecutionError, LaunchError
 from madengine.core.spec import CONTAINER_WORKSPACE, Step
 from madengine.launch import DEFAULT_PORT, DistributedSpec, NodeLaunch, NodePlacement, node_launch
@@ -47,21 +48,6 @@ def tag_config_vars(model: Model) -> dict[str, str]:
         if env_name(key) == "BATCH_SIZE":
             out["MAD_MODEL_BATCH_SIZE"] = value
     return out
-
-
-def parse_gpu_list(text: str) -> list[int]:
-    """``'0,2-4'`` → ``[0, 2, 3, 4]``."""
-    ids: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            ids.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
-        except ValueError:
-            raise ExecutionError(f"docker_gpus: bad GPU list '{text}'", hint="write e.g. '0,2-4'") from None
-    return sorted(set(ids))
 
 
 def available_gpus(context: Context) -> list[int]:
@@ -213,21 +199,40 @@ def model_env(model: Model, context: Context, gpu_ids: list[int], run_id: str, e
     return env
 
 
-def script_step(model: Model, root: Path, args: str) -> tuple[Step, Path]:
-    """The model script as a step, and the folder to copy into the work folder."""
-    script = root / model.scripts
+def script_step(model: Model, root: Path, args: str, clone: Path | None = None) -> tuple[Step, Path | None]:
+    """The model script as a step, and the folder to copy into the work folder (None: the script is
+    in the ``clone`` of the model's ``url``, run from the clone's root). The script is looked for in
+    the model repository, then in the clone; the error names both places."""
     try:
         argv_args = shlex.split(args)
     except ValueError as exc:
         raise ExecutionError(f"model '{model.name}': args cannot be parsed ({exc})") from None
+    script = root / model.scripts
+    if script.is_dir() or script.is_file():
+        argv, folder = _script_argv(model, script)
+        return Step("model", [*argv, *argv_args], is_model=True), folder
+    if clone is None:
+        raise ExecutionError(f"model '{model.name}': script {model.scripts} not found in the model repository "
+                             f"(looked for {script})")
+    cloned = clone / model.scripts
+    if not (cloned.is_dir() or cloned.is_file()):
+        raise ExecutionError(f"model '{model.name}': script {model.scripts} not found in the model repository "
+                             f"(looked for {script}) nor in its clone of {model.url} (looked for {model.scripts} "
+                             f"in the clone {clone.name}/)")
+    argv, folder = _script_argv(model, cloned)
+    inside = str(folder.relative_to(clone))
+    return Step("model", [*argv[:-1], posixpath.join(inside, argv[-1]) if inside != "." else argv[-1],
+                          *argv_args], is_model=True), None
+
+
+def _script_argv(model: Model, script: Path) -> tuple[list[str], Path]:
+    """(interpreter and script name, the script's folder) of a script file or a folder with run.sh."""
     if script.is_dir():
         if not (script / "run.sh").is_file():
-            raise ExecutionError(f"model '{model.name}': scripts folder {model.scripts} has no run.sh")
-        return Step("model", ["bash", "run.sh", *argv_args], is_model=True), script
-    if not script.is_file():
-        raise ExecutionError(f"model '{model.name}': script {model.scripts} not found")
-    interpreter = "python3" if script.suffix == ".py" else "bash"
-    return Step("model", [interpreter, script.name, *argv_args], is_model=True), script.parent
+            raise ExecutionError(f"model '{model.name}': scripts folder {model.scripts} has no run.sh "
+                                 f"(looked for {script / 'run.sh'})")
+        return ["bash", "run.sh"], script
+    return ["python3" if script.suffix == ".py" else "bash", script.name], script.parent
 
 
 def copy_tree(source: Path, destination: Path) -> None:

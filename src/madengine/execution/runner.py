@@ -300,6 +300,25 @@ class ModelRunner:
             if not (self.options.keep_model_dir or self.options.keep_alive):
                 shutil.rmtree(spec.workdir, ignore_errors=True)
 
+    def _new_spec(self, model: Model, target: Target, facts: RunFacts, gpu_ids: list[int],
+                  cpus: list[int]) -> tuple[RunSpec, Path | None]:
+        """The run of ``target`` and the folder of its script; a distributed job's launch on this
+        node goes into its environment (``MAD_MULTI_NODE_RUNNER``, ``MASTER_ADDR``, ...) and files."""
+        artifacts_dir = self.run_dir / target.key
+        # a model with a url may find its script in the clone: looked for once cloned
+        step, script_dir = script_step(model, self.root, model.run_args) \
+            if model.scripts and not model.url else (None, None)
+        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
+                       artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
+                       timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
+                       docker_file=target.docker_file, image=facts.image.run_as if facts.image is not None else "")
+        spec.launch = plan_launch(model, self.context, gpu_ids, self.executor.workspace(spec), self.host.environ)
+        spec.env = model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ,
+                             spec.launch)
+        if spec.launch is not None:
+            spec.files.update(spec.launch.files)
+        return spec, script_dir
+
     def _probe(self, spec: RunSpec) -> Probe:
         """The run's software and thread settings; a probe that fails leaves them empty (said in
         the log), never the run."""
@@ -312,23 +331,6 @@ class ModelRunner:
                                    f"threads {json.dumps(probe.threads, sort_keys=True)} "
                                    f"({'cached' if probe.cached else f'probed in {probe.seconds:.2f} s'})\n")
         return probe
-
-    def _new_spec(self, model: Model, target: Target, facts: RunFacts, gpu_ids: list[int],
-                  cpus: list[int]) -> tuple[RunSpec, Path | None]:
-        """The run of ``target`` and the folder of its script; a distributed job's launch on this
-        node goes into its environment (``MAD_MULTI_NODE_RUNNER``, ``MASTER_ADDR``, ...) and files."""
-        artifacts_dir = self.run_dir / target.key
-        step, script_dir = script_step(model, self.root, model.run_args) if model.scripts else (None, None)
-        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
-                       artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
-                       timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
-                       docker_file=target.docker_file, image=facts.image.run_as if facts.image is not None else "")
-        spec.launch = plan_launch(model, self.context, gpu_ids, self.executor.workspace(spec), self.host.environ)
-        spec.env = model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ,
-                             spec.launch)
-        if spec.launch is not None:
-            spec.files.update(spec.launch.files)
-        return spec, script_dir
 
     def _prepare_workdir(self, spec: RunSpec, script_dir: Path | None) -> None:
         spec.workdir.mkdir(parents=True, exist_ok=True)
@@ -343,6 +345,10 @@ class ModelRunner:
 
             spec.model_cwd, spec.git_commit = clone(spec.model, spec.workdir, spec.log_path, self.root,
                                                     self.host.environ)
+            if spec.model.scripts:
+                model_step, script_dir = script_step(spec.model, self.root, spec.model.run_args,
+                                                     clone=spec.workdir / spec.model_cwd)
+                spec.steps.insert(0, model_step)
         if script_dir is not None:
             copy_tree(script_dir, spec.workdir / spec.model_cwd)
         for step in spec.steps:

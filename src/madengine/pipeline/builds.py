@@ -30,6 +30,8 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
         options = dataclasses.replace(options, registry=transport.check_registry(options.registry))
     selection = select(request.tags, root=model_root(host.environ))
     context = build_context(context_file=request.context_file, context_string=request.context_string)
+    for warning in context.warnings():
+        reporter.message(f"madengine: warning: {warning}")
     client = connect_docker(host.environ, "start dockerd (scripts/docker-up.sh); 'madengine build' builds images, "
                                           "which needs an engine")
     build_id = new_run_id()

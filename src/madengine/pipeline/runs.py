@@ -70,6 +70,8 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
         context = build_context(context_file=options.context_file, context_string=options.context_string)
+    for warning in context.warnings():
+        reporter.message(f"madengine: warning: {warning}")
     check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
     executor = choose_executor(options.executor, selection, request.build, request.transport, context=context,
                                run_dir=summary.run_dir, host=host, reporter=reporter)

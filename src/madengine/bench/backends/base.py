@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..harness import engine
-from ..harness.errors import HarnessError
+from ..harness import precision as precisions
+from ..harness.errors import HarnessError, PrecisionUnsupported
 from ..harness.stats import stability_warnings, summarize
 
 Shapes = Mapping[str, "tuple[int, ...]"]
@@ -47,7 +48,8 @@ class BackendUnsupported(BackendError):
 class Session(abc.ABC):
     """A prepared model on one backend (subclasses implement ``run`` and ``bind``)."""
 
-    #: the backend's own description of what it prepared (providers used, target, precision, ...)
+    #: the backend's own description of what it prepared (providers used, target, ...); ``precision``
+    #: is what the runtime reports it computes in, as a name of madengine.bench.harness.precision
     details: dict[str, Any]
 
     @abc.abstractmethod
@@ -73,6 +75,8 @@ class Backend(abc.ABC):
     #: the Python package the backend needs, and how to install it
     module: str = ""
     install_hint: str = ""
+    #: the reduced precisions the backend has a mode for (it runs f32, and the model's own types, always)
+    reduced_precisions: tuple[str, ...] = ()
 
     def missing(self) -> str | None:
         """None when the backend's package imports; else the install hint (``pip install openvino``)."""
@@ -86,22 +90,48 @@ class Backend(abc.ABC):
 
     def version(self) -> str:
         """The backend package's version ("" when not installed)."""
-        import importlib
+        return package_version(self.module)
 
-        try:
-            return str(getattr(importlib.import_module(self.module), "__version__", ""))
-        except Exception:
-            return ""
+    def versions(self) -> dict[str, str]:
+        """The packages the backend runs on, name → version (what a row records)."""
+        return {self.module: self.version()} if self.module else {}
 
     @abc.abstractmethod
-    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
+    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None,
+                precision: str = precisions.DEFAULT) -> Session:
         """Load and compile ``model`` (an .onnx file) for inputs of ``shapes``; ``threads`` = intra-op
-        threads (None: the backend's default). Raises BackendUnsupported / BackendError."""
+        threads (None: the backend's default); ``precision``: what it may compute in (f32 unless
+        asked; never a reduced precision of the runtime's own choosing). Raises BackendUnsupported /
+        BackendError."""
+
+    def own_precision(self, model: str | Path | None) -> str:
+        """The precision of the model's own types, which a backend without a mode computes in."""
+        return precisions.model_precision(model) if model else ""
+
+    def check_precision(self, precision: str, model: str | Path | None) -> None:
+        """BackendUnsupported, before anything is compiled, when the backend cannot run ``precision``
+        (see :func:`madengine.bench.harness.precision.require_mode`)."""
+        if precision == precisions.DEFAULT:
+            return
+        try:
+            precisions.require_mode(self.id, self.reduced_precisions, precision, self.own_precision(model))
+        except PrecisionUnsupported as exc:
+            raise BackendUnsupported(exc.message, hint=exc.hint) from None
 
     def require_installed(self) -> None:
         hint = self.missing()
         if hint:
             raise BackendUnsupported(f"{self.id} is not installed", hint=hint)
+
+
+def package_version(module: str) -> str:
+    """An importable package's ``__version__`` ("" when it is not installed or has none)."""
+    import importlib
+
+    try:
+        return str(getattr(importlib.import_module(module), "__version__", ""))
+    except Exception:  # ImportError, or a broken install failing inside its own import
+        return ""
 
 
 @dataclasses.dataclass
@@ -117,6 +147,7 @@ class BackendRun:
     warnings: list[str]
     details: dict[str, Any]
     timed_wall_s: float
+    precision: str = ""  # what the runtime reports it computed in (details["precision"])
 
 
 #: the phase of :func:`measure_backend` that compiles the model or creates the session
@@ -126,17 +157,21 @@ PHASE_PREPARE = "prepare"
 def measure_backend(backend: Backend, model: str | Path, feeds: Mapping[str, Any], shapes: Shapes, *,
                     threads: int | None = None, warmup: int = engine.DEFAULT_WARMUP, iterations: int | None = None,
                     min_time: float | None = None, min_iterations: int = engine.DEFAULT_MIN_ITERATIONS,
-                    batch_size: int = 1, phase: engine.Phase = engine.no_phase) -> BackendRun:
-    """Prepare (timed), first inference (timed; outputs kept), then the harness's warm-up and timed
-    loop over ``session.bind(feeds)`` and its statistics. ``phase`` is told of each (as in
-    :func:`madengine.bench.harness.engine.benchmark`)."""
+                    batch_size: int = 1, phase: engine.Phase = engine.no_phase,
+                    precision: str = precisions.DEFAULT) -> BackendRun:
+    """Prepare (timed) at ``precision``, first inference (timed; outputs kept), then the harness's
+    warm-up and timed loop over ``session.bind(feeds)`` and its statistics. ``phase`` is told of each
+    (as in :func:`madengine.bench.harness.engine.benchmark`). A precision the backend cannot run, or
+    one the runtime did not take (it reports another), is BackendUnsupported: never a silent fallback."""
     backend.require_installed()
+    backend.check_precision(precision, model)
     with kept_affinity():
         with phase(PHASE_PREPARE):
             started = time.perf_counter_ns()
-            session = backend.prepare(model, shapes, threads)
+            session = backend.prepare(model, shapes, threads, precision)
             prepare_ms = (time.perf_counter_ns() - started) / 1e6
         try:
+            _require_reported(backend, session, precision, model)
             with phase(engine.PHASE_FIRST_INFERENCE):
                 started = time.perf_counter_ns()
                 outputs = _guarded(session.run, feeds)
@@ -148,7 +183,20 @@ def measure_backend(backend: Backend, model: str | Path, feeds: Mapping[str, Any
             session.close()
     stats = summarize(timing.latencies_ms, batch_size)
     return BackendRun(backend.id, prepare_ms, first_ms, outputs, timing.latencies_ms, stats,
-                      stability_warnings(stats), dict(session.details), timing.wall_s)
+                      stability_warnings(stats), dict(session.details), timing.wall_s,
+                      str(session.details.get("precision", "")))
+
+
+def _require_reported(backend: Backend, session: Session, precision: str, model: str | Path | None) -> None:
+    """The runtime computes in what was asked: ``precision`` itself, or (for the f32 default) the
+    model's own types; anything else (a runtime that ignored the request) is UNSUPPORTED."""
+    reported = precisions.normalise(session.details.get("precision"))
+    allowed = {precision}
+    if precision == precisions.DEFAULT:
+        allowed |= {"", backend.own_precision(model)}
+    if reported not in allowed:
+        raise BackendUnsupported(f"{backend.id} was asked for {precision} but reports {reported or 'nothing'}: "
+                                 "it did not take the precision (never a silent fallback)")
 
 
 @contextlib.contextmanager

@@ -4,40 +4,48 @@
 ``python3 -m madengine.bench.backends.cell`` does inside a container (``--image``), where the
 inputs come from and the outputs go to ``.npz`` files in the work folder; the host checks the
 outputs. The answer's ``outcome`` is ``ran`` (with timings and outputs), ``unsupported`` (the
-operator or reason; a backend that is not installed included) or ``error``. Portable: the harness,
-the backends, numpy, and the backend's own package.
+operator or reason; a backend that is not installed, or a precision it cannot run, included) or
+``error``. Every answer says where it ran (``environment``: the CPU model and its relevant flags,
+the versions of the packages the backend runs on); a run also the precision the runtime reports
+(``precision``) beside the one asked (``precision_requested``). Portable: the harness, the backends,
+numpy, and the backend's own package.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..harness.engine import Phase, no_phase
-from . import BackendError, BackendUnsupported, get_backend, measure_backend
+from ..harness import precision as precisions
+from ..harness.engine import Phase, cpu_model, no_phase
+from . import Backend, BackendError, BackendUnsupported, get_backend, measure_backend
+from .base import package_version
 
 RAN, UNSUPPORTED, ERROR = "ran", "unsupported", "error"
 
 
 def run_cell(backend_id: str, model: str | Path, feeds: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
              *, timed: bool = True, threads: int | None = None, warmup: int = 10, iterations: int | None = None,
-             min_time: float | None = None, batch_size: int = 1,
-             phase: Phase = no_phase) -> tuple[dict[str, Any], dict[str, Any]]:
+             min_time: float | None = None, batch_size: int = 1, phase: Phase = no_phase,
+             precision: str = precisions.DEFAULT) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the cell as JSON, the first inference's outputs). ``timed=False`` (a correctness oracle)
     runs one inference after the first and no warm-up. ``phase``: see :func:`measure_backend`."""
     backend = get_backend(backend_id)
     answer: dict[str, Any] = {"backend": backend_id, "version": backend.version(),
-                              "device_vendor": backend.device_vendor}
+                              "device_vendor": backend.device_vendor, "precision_requested": precision,
+                              "precision": "", "environment": environment(backend)}
     try:
         if timed:
             run = measure_backend(backend, model, feeds, shapes, threads=threads, warmup=warmup,
-                                  iterations=iterations, min_time=min_time, batch_size=batch_size, phase=phase)
+                                  iterations=iterations, min_time=min_time, batch_size=batch_size, phase=phase,
+                                  precision=precision)
         else:
             run = measure_backend(backend, model, feeds, shapes, threads=threads, warmup=0, iterations=1,
-                                  batch_size=batch_size, phase=phase)
+                                  batch_size=batch_size, phase=phase, precision=precision)
     except BackendUnsupported as exc:
         answer.update(outcome=UNSUPPORTED, reason=str(exc), operator=exc.operator)
         return answer, {}
@@ -46,8 +54,17 @@ def run_cell(backend_id: str, model: str | Path, feeds: Mapping[str, Any], shape
         return answer, {}
     answer.update(outcome=RAN, reason="", operator=None, version=backend.version(), prepare_ms=run.prepare_ms,
                   first_inference_ms=run.first_inference_ms, stats=run.stats, warnings=run.warnings,
-                  details=run.details, latencies_ms=run.latencies_ms, timed_wall_s=run.timed_wall_s)
+                  details=run.details, latencies_ms=run.latencies_ms, timed_wall_s=run.timed_wall_s,
+                  precision=run.precision)
     return answer, run.outputs
+
+
+def environment(backend: Backend) -> dict[str, Any]:
+    """Where a cell runs: the CPU model and its relevant flags, and the versions of what computes
+    (the backend's packages, numpy, Python) in this process, the host's or a container's."""
+    versions = {name: version for name, version in backend.versions().items() if version}
+    versions.update(numpy=package_version("numpy"), python=platform.python_version())
+    return {"cpu_model": cpu_model(), "cpu_flags": precisions.cpu_flags(), "versions": versions}
 
 
 def save_named(path: str | Path, arrays: Mapping[str, Any]) -> None:
@@ -79,11 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int)
     parser.add_argument("--min-time", type=float)
     parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--precision", default=precisions.DEFAULT, choices=precisions.PRECISIONS)
     args = parser.parse_args(argv)
     feeds = load_named(args.inputs)
     answer, outputs = run_cell(args.backend, args.model, feeds, {k: tuple(v.shape) for k, v in feeds.items()},
                                timed=not args.untimed, threads=args.threads, warmup=args.warmup,
-                               iterations=args.iterations, min_time=args.min_time, batch_size=args.batch_size)
+                               iterations=args.iterations, min_time=args.min_time, batch_size=args.batch_size,
+                               precision=args.precision)
     save_named(args.outputs, outputs)
     Path(args.result).write_text(json.dumps(answer), encoding="utf-8")
     print(f"madengine cell: {args.backend}: {answer['outcome']} {answer.get('reason', '')}".rstrip())

@@ -2,8 +2,11 @@
 
 Sessions come from the harness (:func:`madengine.bench.harness.engine.open_session`), so they are
 configured exactly as ``madengine bench`` configures them (one inter-op thread, sequential
-execution, ``enable_fallback=0``): a GPU provider that this onnxruntime does not offer, or that does
-not initialise, is :class:`BackendUnsupported` with the reason, never a CPU run under a GPU label.
+execution, ``enable_fallback=0``, the precision options of
+:data:`madengine.bench.harness.precision.ORT_PRECISION_OPTIONS`): a GPU provider that this
+onnxruntime does not offer, or that does not initialise, is :class:`BackendUnsupported` with the
+reason, never a CPU run under a GPU label. The precision reported is the harness's read-back
+(:func:`~madengine.bench.harness.precision.ort_session_precision`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..harness import engine
-from ..harness.errors import HarnessError, HarnessInputError, ProviderNotInitialised
+from ..harness import precision as precisions
+from ..harness.errors import HarnessError, HarnessInputError, PrecisionUnsupported, ProviderNotInitialised
 from .base import Backend, BackendUnsupported, Session, Shapes, classify
 
 
@@ -44,17 +48,21 @@ class OnnxRuntimeBackend(Backend):
         self.device_vendor = engine.GPU_VENDORS.get(self.provider, "CPU")
         self.install_hint = ("pip install onnxruntime-gpu" if self.device_vendor == "NVIDIA"
                              else "pip install onnxruntime")
+        modes = precisions.ORT_PRECISION_OPTIONS.get(self.provider, {})
+        self.reduced_precisions = tuple(p for p in modes if p != precisions.DEFAULT)
 
-    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
+    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None,
+                precision: str = precisions.DEFAULT) -> Session:
         ort = engine.import_onnxruntime()
         available = list(ort.get_available_providers())
         if self.provider not in available:
             raise BackendUnsupported(f"onnxruntime {ort.__version__} does not offer {self.provider} "
                                      f"(it offers {', '.join(available)})", hint=self.install_hint)
-        options = engine.BenchOptions(provider=self.provider, threads=threads, optimization=self.optimization)
+        options = engine.BenchOptions(provider=self.provider, threads=threads, optimization=self.optimization,
+                                      precision=precision)
         try:
             session, _ = engine.open_session(str(model), options)
-        except ProviderNotInitialised as exc:
+        except (ProviderNotInitialised, PrecisionUnsupported) as exc:
             raise BackendUnsupported(exc.message, hint=exc.hint) from None
         except HarnessInputError as exc:
             raise BackendUnsupported(str(exc)) from None
@@ -62,4 +70,6 @@ class OnnxRuntimeBackend(Backend):
             raise classify(exc, "onnxruntime cannot load the model") from None
         return OnnxRuntimeSession(session, {"providers": list(session.get_providers()),
                                             "graph_optimization": self.optimization,
-                                            "threads": threads or "auto", "version": ort.__version__})
+                                            "threads": threads or "auto", "version": ort.__version__,
+                                            "precision": precisions.ort_session_precision(session, self.provider,
+                                                                                          model)})

@@ -11,13 +11,14 @@ import functools
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..harness import precision as precisions
 from .base import Backend, Session, Shapes, classify
 
 
 class ReferenceSession(Session):
-    def __init__(self, evaluator: Any) -> None:
+    def __init__(self, evaluator: Any, precision: str) -> None:
         self.evaluator = evaluator
-        self.details = {"evaluator": "onnx.reference.ReferenceEvaluator"}
+        self.details = {"evaluator": "onnx.reference.ReferenceEvaluator", "precision": precision}
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         return dict(zip(self.evaluator.output_names, self.evaluator.run(None, dict(feeds))))
@@ -31,10 +32,11 @@ class OnnxReferenceBackend(Backend):
     module = "onnx"
     install_hint = "pip install onnx"
 
-    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
+    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None,
+                precision: str = precisions.DEFAULT) -> Session:
         from onnx.reference import ReferenceEvaluator
 
-        try:
-            return ReferenceSession(ReferenceEvaluator(str(model)))
+        try:  # numpy computes in the model's own types
+            return ReferenceSession(ReferenceEvaluator(str(model)), precisions.model_precision(model))
         except Exception as exc:  # unknown operators raise NotImplementedError / RuntimeError
             raise classify(exc, "onnx's reference evaluator cannot load the model") from None

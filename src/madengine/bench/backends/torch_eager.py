@@ -8,6 +8,10 @@ dtype and device). An inference is ``module(*args, **kwargs)`` in ``eval()`` mod
 ``torch.inference_mode()`` (plus ``torch.cuda.synchronize()`` for a module on a GPU, so its time
 is the work done); outputs are flattened in pytree order and named like the ONNX outputs
 (:func:`flatten_outputs`). ``threads`` sets ``torch.set_num_threads`` for the session's life.
+For the session's life too, every float32 math mode of torch is IEEE (:func:`full_precision`): a
+script's ``torch.set_float32_matmul_precision("medium")`` would otherwise let oneDNN compute float32
+matmuls in bf16 on a CPU that has it, and cuDNN convolutions use TF32 by default. The precision
+reported is the type of the module's parameters.
 
 Portable like the other backends: torch and numpy only (imported when used).
 """
@@ -18,6 +22,7 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..harness import precision as precisions
 from .base import Backend, BackendError, Session, Shapes, classify
 
 BACKEND_ID = "torch-eager"
@@ -98,6 +103,52 @@ def device_vendor(module: Any) -> str:
     return "AMD" if getattr(torch.version, "hip", None) else "NVIDIA"
 
 
+#: torch's float32 math-mode switches (torch 2.9+): object path under ``torch.backends``
+_FP32_SWITCHES = ("", "cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul", "mkldnn.conv",
+                  "mkldnn.rnn")
+
+
+def full_precision(torch: Any) -> Callable[[], None]:
+    """Every float32 math mode of ``torch`` set to IEEE float32; returns the call that puts them back.
+    torch 2.9+ has one switch per backend and operation (``fp32_precision``; mixing it with the older
+    switches makes torch raise), older torch the matmul precision and the two ``allow_tf32`` flags."""
+    switches = []
+    for path in _FP32_SWITCHES:
+        owner = torch.backends
+        for part in filter(None, path.split(".")):
+            owner = getattr(owner, part, None)
+        if owner is not None and hasattr(owner, "fp32_precision"):
+            switches.append((owner, owner.fp32_precision))
+    if switches:
+        for owner, _ in switches:
+            owner.fp32_precision = "ieee"
+
+        def put_back() -> None:
+            for owner, value in switches:
+                owner.fp32_precision = value
+
+        return put_back
+    legacy = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.allow_tf32)
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+
+    def put_back_legacy() -> None:
+        torch.set_float32_matmul_precision(legacy[0])
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = legacy[1], legacy[2]
+
+    return put_back_legacy
+
+
+def parameters_precision(module: Any) -> str:
+    """The type of most of a module's parameter elements, as a precision name (``f32`` when it has none)."""
+    counts: dict[str, int] = {}
+    for parameter in module.parameters():
+        name = precisions.normalise(parameter.dtype)
+        counts[name] = counts.get(name, 0) + parameter.numel()
+    return max(sorted(counts), key=lambda name: counts[name]) if counts else precisions.DEFAULT
+
+
 class TorchEagerSession(Session):
     def __init__(self, module: Any, args: tuple, kwargs: dict, leaf_names: list[str], threads: int | None) -> None:
         import torch
@@ -107,9 +158,11 @@ class TorchEagerSession(Session):
         self.saved_threads = torch.get_num_threads()
         if threads:
             torch.set_num_threads(threads)
+        self.restore_precision = full_precision(torch)
         self.on_gpu = any(p.device.type != "cpu" for p in module.parameters())
         self.details = {"torch_version": torch.__version__, "threads": threads or "auto",
-                        "device": str(next(iter(module.parameters())).device) if self.on_gpu else "cpu"}
+                        "device": str(next(iter(module.parameters())).device) if self.on_gpu else "cpu",
+                        "precision": parameters_precision(module), "fp32_math": "ieee"}
 
     def _arguments(self, feeds: Mapping[str, Any]) -> tuple[tuple, dict]:
         from torch.utils import _pytree as pytree
@@ -161,6 +214,7 @@ class TorchEagerSession(Session):
         for sub, training in getattr(self, "_restore", []):
             sub.training = training
         self.torch.set_num_threads(self.saved_threads)
+        self.restore_precision()
 
 
 class TorchEagerBackend(Backend):
@@ -175,7 +229,14 @@ class TorchEagerBackend(Backend):
         self.model, self.args, self.kwargs, self.leaf_names = model, args, kwargs, list(leaf_names)
         self.device_vendor = device_vendor(model)
 
-    def prepare(self, model: str | Path | None, shapes: Shapes, threads: int | None = None) -> Session:
+    def versions(self) -> dict[str, str]:
+        return {"torch": self.version()}
+
+    def own_precision(self, model: str | Path | None) -> str:
+        return parameters_precision(self.model)  # the module's, not a file's
+
+    def prepare(self, model: str | Path | None, shapes: Shapes, threads: int | None = None,
+                precision: str = precisions.DEFAULT) -> Session:
         try:
             return TorchEagerSession(self.model, self.args, self.kwargs, self.leaf_names, threads)
         except BackendError:

@@ -4,7 +4,9 @@
 become constants); ``tvm.compile`` builds it with TVM's default Relax pipeline for the LLVM target
 of this machine's CPU (``Target.from_device(tvm.cpu())``: ``llvm -mcpu=<host>``), without tuning;
 the Relax virtual machine runs it. Compilation is the backend's ``prepare`` time. ``threads``
-sizes TVM's thread pool (``runtime.config_threadpool``).
+sizes TVM's thread pool (``runtime.config_threadpool``). The default pipeline applies no
+mixed-precision pass (``ToMixedPrecision`` is opt-in in TVM and madengine does not apply it): TVM
+computes in the model's own types, which is the precision reported.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .base import Backend, Session, Shapes, classify, kept_affinity
+from ..harness import precision as precisions
+from .base import Backend, Session, Shapes, classify, kept_affinity, package_version
 
 
 class TvmSession(Session):
@@ -51,7 +54,12 @@ class TvmRelaxBackend(Backend):
     module = "tvm"
     install_hint = "pip install apache-tvm"
 
-    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None) -> Session:
+    def versions(self) -> dict[str, str]:
+        # by distribution name, as run rows' framework_versions name them; its ONNX frontend reads the file
+        return {"apache-tvm": self.version(), "onnx": package_version("onnx")}
+
+    def prepare(self, model: str | Path, shapes: Shapes, threads: int | None = None,
+                precision: str = precisions.DEFAULT) -> Session:
         with kept_affinity():  # configuring TVM's thread pool pins the calling thread to one core
             return self._prepare(model, shapes, threads)
 
@@ -83,8 +91,8 @@ class TvmRelaxBackend(Backend):
         if threads:
             tvm.get_global_func("runtime.config_threadpool")(1, threads)
         machine = relax.VirtualMachine(executable, tvm.cpu())
-        details = {"target": _describe(target),
-                   "threads": threads or "auto", "version": tvm.__version__, "tuning": "none"}
+        details = {"target": _describe(target), "threads": threads or "auto", "version": tvm.__version__,
+                   "tuning": "none", "precision": precisions.model_precision(model)}
         return TvmSession(machine["main"], input_names, output_names, details)
 
     def missing(self) -> str | None:
@@ -95,7 +103,6 @@ class TvmRelaxBackend(Backend):
             except Exception:
                 return "pip install apache-tvm onnx"
         return hint
-
 
 
 def _describe(target: Any) -> str:

@@ -7,7 +7,8 @@ memory-copy nodes and device-specific fusions in them, and a copy reloaded witho
 could run differently from a fresh session, which would make a cache hit change the figures. The key
 hashes everything the prepared form depends on: the model's sha256, the onnxruntime version, the
 provider, the optimization level, the CPU model and machine type (ORT warns that level-ALL
-graphs may hold hardware-specific layouts). Nothing else (shapes, threads, iterations) changes
+graphs may hold hardware-specific layouts), and the precision when it is not f32 (a TensorRT fp16
+engine is not the f32 one). Nothing else (shapes, threads, iterations) changes
 the optimized graph, so it is not in the key.
 
 Layout: ``<cache>/onnx/<key>.onnx`` + ``<key>.json`` (what the key was made of);
@@ -53,20 +54,23 @@ class Prepared:
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def cache_key(model_sha256: str, ort_version: str, provider: str, cpu_model: str, machine: str) -> tuple[str, dict]:
-    """The key and the values it hashes."""
+def cache_key(model_sha256: str, ort_version: str, provider: str, cpu_model: str, machine: str,
+              precision: str = "f32") -> tuple[str, dict]:
+    """The key and the values it hashes (f32 keys are those made before precisions were asked for)."""
     values = {"format": str(FORMAT_VERSION), "model_sha256": model_sha256, "ort_version": ort_version,
               "provider": provider, "optimization": OPTIMIZATION_LEVEL, "cpu_model": cpu_model, "machine": machine}
+    if precision != "f32":
+        values["precision"] = precision
     text = json.dumps(values, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32], values
 
 
 def prepare(model_path: Path, model_sha256: str, provider: str, ort_version: str, cpu_model: str, machine: str,
-            environ: Mapping[str, str], enabled: bool = True) -> Prepared:
+            environ: Mapping[str, str], enabled: bool = True, precision: str = "f32") -> Prepared:
     """What to benchmark for ``model_path`` on ``provider``: a cached copy, or the file plus where to save one."""
     if not enabled:
         return Prepared(path=model_path, status="off")
-    key, values = cache_key(model_sha256, ort_version, provider, cpu_model, machine)
+    key, values = cache_key(model_sha256, ort_version, provider, cpu_model, machine, precision)
     root = cache_root(environ)
     if provider in ENGINE_CACHE_PROVIDERS:
         folder = root / "tensorrt" / key

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 from . import inputs as model_inputs
+from . import precision as precisions
 from . import profiling
 from .errors import HarnessError, HarnessInputError, ProviderNotInitialised
 from .stats import stability_warnings, summarize
@@ -108,6 +109,7 @@ class BenchOptions:
     optimized_output: str | None = None  # write the ORT-optimized model here while creating the session
     provider_options: dict[str, str] = dataclasses.field(default_factory=dict)
     optimization: str = "all"  # graph optimisation level (OPTIMIZATION_LEVELS); ignored when preoptimized
+    precision: str = precisions.DEFAULT  # what the provider may compute in (harness.precision); f32 unless asked
 
     def mode(self) -> str:
         return "iterations" if self.iterations is not None else "min_time"
@@ -201,13 +203,15 @@ def open_session(model_path: str, options: BenchOptions, *, profile_prefix: str 
     if GPU_VENDORS.get(full_name) == "NVIDIA":
         _preload_cuda_libraries(ort)
     so = session_options(ort, options, profile_prefix=profile_prefix, optimized_output=optimized_output)
+    provider_options = {**options.provider_options,
+                        **precisions.ort_provider_options(full_name, options.precision, model_path)}
     started = time.perf_counter_ns()
     try:
         # enable_fallback=0: an EP that fails to initialise is an error here, not ORT's silent retry
         # on the next provider (which also prints its notice to stdout, where --json data goes)
         with contextlib.redirect_stdout(sys.stderr):
             session = ort.InferenceSession(model_path, so, enable_fallback=0,
-                                           providers=provider_chain(full_name, available, options.provider_options))
+                                           providers=provider_chain(full_name, available, provider_options))
     except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
         raise HarnessError(f"onnxruntime cannot load {model_path}: {_one_line(exc)}") from None
     created_ms = (time.perf_counter_ns() - started) / 1e6
@@ -300,7 +304,9 @@ def environment(ort: Any) -> dict[str, Any]:
 
     return {"ort_version": ort.__version__, "ort_providers": list(ort.get_available_providers()),
             "numpy_version": numpy.__version__, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_model": cpu_model(), "cpu_count": os.cpu_count() or 0}
+            "cpu_model": cpu_model(), "cpu_flags": precisions.cpu_flags(), "cpu_count": os.cpu_count() or 0,
+            "versions": {"onnxruntime": ort.__version__, "numpy": numpy.__version__,
+                         "python": platform.python_version()}}
 
 
 def benchmark(model_path: str, options: BenchOptions, phase: Phase = no_phase) -> dict[str, Any]:
@@ -337,10 +343,10 @@ def benchmark(model_path: str, options: BenchOptions, phase: Phase = no_phase) -
         "provider": short_provider(full_name),
         "provider_name": full_name,
         "session_providers": list(session.get_providers()),
-        "threads": options.threads or 0,
-        "seed": options.seed,
-        "warmup": options.warmup,
-        "mode": options.mode(),
+        "precision": precisions.ort_session_precision(session, full_name, model_path),  # what it computes in
+        "precision_requested": options.precision,
+        "threads": options.threads or 0, "seed": options.seed,
+        "warmup": options.warmup, "mode": options.mode(),
         "min_time_s": None if options.iterations is not None else options.effective_min_time(),
         "batch_size": batch_size,
         "inputs": model_inputs.describe(signature, resolved),

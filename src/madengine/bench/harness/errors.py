@@ -23,3 +23,8 @@ class HarnessInputError(HarnessError):
 
 class ProviderNotInitialised(HarnessError):
     """The asked execution provider is offered but did not initialise (ORT would run elsewhere)."""
+
+
+class PrecisionUnsupported(HarnessError):
+    """The asked precision cannot run here: the provider has no mode for it, or the hardware would only
+    emulate it. An UNSUPPORTED result with this reason, never a run at another precision."""

@@ -39,7 +39,7 @@ from typing import Any, Iterator
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
-from madengine.bench.columns import bench_columns, performance, set_column, significant
+from madengine.bench.columns import bench_columns, performance, set_column, set_reported, significant
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
@@ -465,8 +465,9 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
         record.reason = str(exc)
         record.test_duration = time.monotonic() - started
         return _finish(BackendResult(backend_id, record), result, context, span)
-    harness_result = _harness_result(run, backend_id, context, batch, example, request)
+    harness_result = _harness_result(run, backend, context, batch, example, request)
     record.status = Status.SUCCESS
+    set_reported(record, run.precision, harness_result["environment"])
     record.performance, record.metric = performance(harness_result, request.metric)
     record.test_duration = time.monotonic() - started
     record.context = {"backend": backend_id, "ort_version": context.versions["onnxruntime"],
@@ -491,11 +492,14 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
     return _finish(BackendResult(backend_id, record, run.stats, correctness), result, context, span)
 
 
-def _harness_result(run: Any, backend_id: str, context: _Context, batch: int, example: Any,
+def _harness_result(run: Any, backend: Any, context: _Context, batch: int, example: Any,
                     request: ScriptRequest) -> dict[str, Any]:
     """A backend run in the shape of the harness's result, so the perf.csv columns are bench's own."""
-    return {"provider": engine.short_provider(context.provider) if backend_id != EAGER else "",
-            "environment": {"ort_version": context.versions["onnxruntime"], "cpu_model": engine.cpu_model()},
+    from madengine.bench.backends.cell import environment
+
+    return {"provider": engine.short_provider(context.provider) if backend.id != EAGER else "",
+            "environment": {"ort_version": context.versions["onnxruntime"], **environment(backend)},
+            "precision": run.precision,
             "threads": request.threads or 0, "batch_size": batch,
             "input_shapes": ";".join(f"{n}={'x'.join(str(d) for d in v.shape)}" for n, v in example.feeds.items()),
             "warmup": request.warmup, "stats": run.stats, "session_create_ms": run.prepare_ms,

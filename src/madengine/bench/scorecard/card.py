@@ -1,5 +1,5 @@
-"""The scorecard's data: what was asked (:class:`ScorecardRequest`), one model on one backend
-(:class:`Cell`), one model's row (:class:`ModelCard`), the whole run (:class:`ScorecardSummary`),
+"""The scorecard's data: what was asked (:class:`ScorecardRequest`), one model on one backend at one
+precision (:class:`Cell`), one model's row (:class:`ModelCard`), the whole run (:class:`ScorecardSummary`),
 and the extra perf.csv columns of a cell's row. Shared by the runner and the records it writes."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from madengine.bench.backends import BACKEND_IDS
+from madengine.bench.backends import BACKEND_IDS, split_cell
 from madengine.bench.correctness import Tolerance, Verdict
+from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.engine import DEFAULT_WARMUP
 from madengine.bench.harness.inputs import shapes_text
 from madengine.bench.recording import Recording
@@ -24,8 +25,9 @@ BASELINE = "onnxruntime-cpu-opt-disabled"
 
 #: extra perf.csv columns of a scorecard row, in this order
 SCORECARD_COLUMNS = (
-    "backend", "backend_version", "scorecard_status", "reference_backend", "latency_ratio", "check_output",
-    "max_abs_error", "max_rel_error", "atol", "rtol", "operator", "model_sha256", "cpu_model", "threads",
+    "backend", "backend_version", "scorecard_status", "reference_backend", "latency_ratio",
+    "check_output", "max_abs_error", "max_rel_error", "atol", "rtol", "operator", "model_sha256", "cpu_model",
+    "cpu_flags", "threads",
     "batch_size", "input_shapes", "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv",
     "latency_min_ms", "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
     "inferences_per_second", "samples_per_second", "prepare_ms", "first_inference_ms",
@@ -47,11 +49,14 @@ class ScorecardRequest(Recording):
     atol: float | None = None  # for models that set no tolerance of their own
     rtol: float | None = None
     image: str | None = None
+    #: the precisions of cells that name none (``--precision``); the reference always runs at f32
+    precisions: list[str] = dataclasses.field(default_factory=lambda: [numerics.DEFAULT])
 
 
 @dataclasses.dataclass
 class Cell:
-    """One model on one backend."""
+    """One model on one backend at one precision; ``backend`` is the cell's name (``openvino-cpu``,
+    ``openvino-cpu:bf16``: :func:`madengine.bench.backends.cell_name`)."""
 
     backend: str
     status: str
@@ -62,19 +67,32 @@ class Cell:
     check: Verdict | None = None
     ratio: float | None = None
     record: PerfRecord | None = None
+    tolerance: Tolerance | None = None  # what the check used (its precision's, see tolerance_for)
 
     @property
     def p50_ms(self) -> float | None:
         stats = self.answer.get("stats")
         return float(stats["p50_ms"]) if stats else None
 
+    @property
+    def precision(self) -> str:
+        """What the runtime reports it computed in ("" for a cell that did not run)."""
+        return str(self.answer.get("precision") or "")
+
+    @property
+    def requested_precision(self) -> str:
+        return split_cell(self.backend)[1] or numerics.DEFAULT
+
     def to_json(self) -> dict[str, Any]:
         answer = self.answer
         return {"backend": self.backend, "status": self.status, "reason": self.reason, "operator": self.operator,
-                "reference": self.is_reference, "p50_ms": self.p50_ms, "ratio": self.ratio,
+                "reference": self.is_reference, "precision": self.precision,
+                "precision_requested": self.requested_precision, "p50_ms": self.p50_ms, "ratio": self.ratio,
                 "prepare_ms": answer.get("prepare_ms"), "first_inference_ms": answer.get("first_inference_ms"),
-                "version": answer.get("version", ""), "stats": answer.get("stats"),
-                "warnings": answer.get("warnings", []), "details": answer.get("details", {}),
+                "version": answer.get("version", ""), "environment": answer.get("environment", {}),
+                "stats": answer.get("stats"), "warnings": answer.get("warnings", []),
+                "details": answer.get("details", {}), "atol": self.tolerance.atol if self.tolerance else None,
+                "rtol": self.tolerance.rtol if self.tolerance else None,
                 "check": self.check.to_json() if self.check else None}
 
 
@@ -120,9 +138,12 @@ class ScorecardSummary:
 
     @property
     def backends(self) -> list[str]:
-        """Every backend of the run, in a stable order (the grid's columns)."""
+        """Every cell name of the run, in a stable order (the grid's columns): by backend, each at
+        f32 first, then its other precisions."""
         seen = {cell.backend for _, cell in self.cells}
-        return [b for b in BACKEND_IDS if b in seen] + sorted(seen - set(BACKEND_IDS))
+        order = {name: (BACKEND_IDS.index(split_cell(name)[0]),
+                        numerics.PRECISIONS.index(split_cell(name)[1] or numerics.DEFAULT)) for name in seen}
+        return sorted(seen, key=lambda name: order[name])
 
     def counts(self) -> dict[str, int]:
         return {status: sum(1 for _, c in self.cells if c.status == status) for status in STATUSES}

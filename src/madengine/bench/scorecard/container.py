@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from madengine.bench.harness.engine import no_phase
+from madengine.bench.harness.precision import DEFAULT
 from madengine.core.errors import InputError
 from madengine.tracing import names
 
@@ -47,7 +48,7 @@ class ContainerCells:
         _copy_cell_code(self.code)
 
     def run(self, backend: str, model: Path, feeds: Any, shapes: Any, *, timed: bool, batch_size: int,
-            key: str, phase: Any = no_phase) -> tuple[dict[str, Any], dict[str, Any]]:
+            key: str, phase: Any = no_phase, precision: str = DEFAULT) -> tuple[dict[str, Any], dict[str, Any]]:
         """One cell in its container; ``phase`` (a trace span per phase) sees the container start
         and the cell's step (the phases inside the container are not traced)."""
         from madengine.bench.backends.cell import ERROR, load_named, save_named
@@ -58,7 +59,7 @@ class ContainerCells:
         workdir = unused_folder(self.run_dir / "cells" / key)
         save_named(workdir / "inputs.npz", feeds)
         spec = self._spec(key, backend, Path(model).resolve(), workdir)
-        step = self._step(backend, Path(model).name, timed, batch_size)
+        step = self._step(backend, Path(model).name, timed, batch_size, precision)
         with open(workdir / "cell.log", "a", encoding="utf-8") as log:
             sink = LineSink(log, None, keep=True)
             try:
@@ -102,12 +103,12 @@ class ContainerCells:
                        image=self.image, mounts=[Mount(str(self.code), CELL_CODE, True),
                                                  Mount(str(model), f"{MODEL_FOLDER}/{model.name}", True)])
 
-    def _step(self, backend: str, model_name: str, timed: bool, batch_size: int) -> Any:
+    def _step(self, backend: str, model_name: str, timed: bool, batch_size: int, precision: str) -> Any:
         from madengine.core.spec import Step
 
         argv = ["python3", "-m", "madengine.bench.backends.cell", f"{MODEL_FOLDER}/{model_name}", "--backend",
                 backend, "--inputs", "inputs.npz", "--result", "cell.json", "--outputs", "outputs.npz",
-                "--batch-size", str(batch_size), "--warmup", str(self.options["warmup"])]
+                "--batch-size", str(batch_size), "--warmup", str(self.options["warmup"]), "--precision", precision]
         if not timed:
             argv.append("--untimed")
         for flag, name in (("--threads", "threads"), ("--iterations", "iterations"), ("--min-time", "min_time")):
@@ -132,4 +133,5 @@ def _copy_cell_code(target: Path) -> None:
 
 
 def _error(backend: str, reason: str, outcome: str = "error") -> dict[str, Any]:
-    return {"backend": backend, "outcome": outcome, "reason": reason, "operator": None}
+    """A cell that never answered from its container (what ran there, and where, is unknown)."""
+    return {"backend": backend, "outcome": outcome, "reason": reason, "operator": None, "environment": {}}

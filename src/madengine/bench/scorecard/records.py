@@ -1,12 +1,16 @@
-"""A scorecard cell as one perf.csv row: the backend in the result identity, the check's verdict
-and the harness's statistics as extra columns (:data:`SCORECARD_COLUMNS`, in that order)."""
+"""A scorecard cell as one perf.csv row: the cell name (backend, and precision when not f32) in the
+result identity, the precision the runtime reports in ``training_precision`` (perf.csv's one
+precision column) and the versions that computed it in ``framework_versions``, the check's verdict,
+the CPU model and flags, and the harness's statistics as extra columns (:data:`SCORECARD_COLUMNS`,
+in that order)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from madengine.bench.columns import latency_columns, set_column, significant
-from madengine.bench.harness.engine import cpu_model, metric_value
+from madengine.bench.backends import split_cell
+from madengine.bench.columns import environment_columns, latency_columns, set_column, set_reported, significant
+from madengine.bench.harness.engine import metric_value
 from madengine.bench.harness.inputs import shapes_text
 from madengine.results import PerfRecord
 
@@ -23,7 +27,7 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
     from madengine.core.clock import utc_now
     from madengine.core.ids import machine_name
 
-    vendor = get_backend(cell.backend).device_vendor
+    vendor = get_backend(split_cell(cell.backend)[0]).device_vendor
     record = PerfRecord(
         model=card.entry.name, status=RECORD_STATUS[cell.status],
         reason="" if cell.status == PASS else f"{cell.status}: {cell.reason}",
@@ -40,12 +44,15 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
         value, record.metric = metric_value(stats, request.metric)
         record.performance = significant(value)
     set_column(record, "backend", cell.backend)
+    set_reported(record, cell.precision, _environment(cell))
     record.extra.update(_columns(card, cell, request))
     return record
 
 
 def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> dict[str, Any]:
     answer, check = cell.answer, cell.check
+    tolerance = cell.tolerance or card.tolerance
+    where = environment_columns(_environment(cell))
     columns: dict[str, Any] = {
         "backend_version": answer.get("version", ""), "scorecard_status": cell.status,
         "reference_backend": card.reference,
@@ -55,8 +62,9 @@ def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> di
         else "",
         "max_rel_error": significant(check.max_rel_error) if check and check.to_json()["max_rel_error"] is not None
         else "",
-        "atol": card.tolerance.atol, "rtol": card.tolerance.rtol, "operator": cell.operator or "",
-        "model_sha256": card.sha256, "cpu_model": cpu_model(), "threads": request.threads or "auto",
+        "atol": tolerance.atol, "rtol": tolerance.rtol, "operator": cell.operator or "",
+        "model_sha256": card.sha256, "cpu_model": where["cpu_model"], "cpu_flags": where["cpu_flags"],
+        "threads": request.threads or "auto",
         "batch_size": card.batch_size, "input_shapes": shapes_text(card.shapes), "warmup": request.warmup,
     }
     stats = answer.get("stats")
@@ -65,6 +73,17 @@ def _columns(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> di
     columns["prepare_ms"] = significant(answer.get("prepare_ms", ""))
     columns["first_inference_ms"] = significant(answer.get("first_inference_ms", ""))
     return columns
+
+
+def _environment(cell: "Cell") -> dict[str, Any]:
+    """Where the cell ran (its answer says; empty when its container never answered), or, for a cell
+    that never reached a backend, where it would have run (this host, this process)."""
+    from madengine.bench.backends import get_backend
+    from madengine.bench.backends.cell import environment
+
+    if "environment" in cell.answer:
+        return cell.answer["environment"]
+    return environment(get_backend(split_cell(cell.backend)[0]))
 
 
 def _args_text(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> str:
@@ -76,5 +95,6 @@ def _args_text(card: "ModelCard", cell: "Cell", request: "ScorecardRequest") -> 
                  else f"--min-time {request.min_time if request.min_time is not None else 1.0:g}")
     if request.threads is not None:
         parts.append(f"--threads {request.threads}")
-    parts.append(f"--seed {request.seed} --atol {card.tolerance.atol:g} --rtol {card.tolerance.rtol:g}")
+    tolerance = cell.tolerance or card.tolerance
+    parts.append(f"--seed {request.seed} --atol {tolerance.atol:g} --rtol {tolerance.rtol:g}")
     return " ".join(parts)

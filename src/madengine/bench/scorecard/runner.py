@@ -10,10 +10,14 @@ untimed oracle); then each backend, measured by :func:`madengine.bench.backends.
 (the harness's loop and statistics) and its outputs checked against the reference's
 (:mod:`madengine.bench.correctness`). Each cell becomes one perf.csv row as soon as it exists.
 
-A cell is PASS, MISMATCH (a FAILURE row: a wrong answer is never a success), UNSUPPORTED (a
-SKIPPED row: an operator the backend lacks, a GPU that is absent, a backend not installed) or
+A cell is one backend at one precision (``openvino-cpu`` at f32, the default for every backend;
+``openvino-cpu:bf16`` opt-in, by name or ``--precision``); the reference always computes at f32.
+A reduced-precision cell is checked with its precision's tolerance
+(:func:`madengine.bench.correctness.tolerance_for`). A cell is PASS, MISMATCH (a FAILURE row: a wrong
+answer is never a success), UNSUPPORTED (a SKIPPED row: an operator the backend lacks, a GPU that is
+absent, a backend not installed, a precision the backend or the CPU cannot compute natively) or
 ERROR (a FAILURE row). The latency ratio is the cell's p50 over the p50 of onnxruntime CPU without
-optimisation on the same model.
+optimisation (at f32) on the same model.
 
 Trace: a ``madengine.scorecard`` span, a ``model`` span per cell (model, backend, status, figure,
 metric, cell status, ratio) with the phases of :func:`measure_backend` (prepare, first_inference,
@@ -28,11 +32,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from madengine.bench.backends import BACKEND_IDS, CPU_BACKENDS, GPU_BACKENDS
+from madengine.bench.backends import CPU_BACKENDS, GPU_BACKENDS, cell_name, split_cell
 from madengine.bench.backends.cell import ERROR as CELL_ERROR
 from madengine.bench.backends.cell import RAN, run_cell
-from madengine.bench.correctness import Tolerance, compare_outputs
+from madengine.bench.correctness import Tolerance, compare_outputs, tolerance_for
 from madengine.bench.harness import HarnessInputError
+from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.engine import sha256_file
 from madengine.bench.harness.inputs import generate, resolve_shapes
 from madengine.bench.scorecard.card import (BASELINE, DEFAULT_REFERENCE, Cell, ModelCard, ScorecardRequest,
@@ -47,7 +52,8 @@ from madengine.results.spans import describe_span
 from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
-#: runs one cell: (backend id, model file, feeds, shapes, timed, batch size, key, phase hook) → (run_cell JSON, outputs)
+#: runs one cell: (backend id, model file, feeds, shapes, timed, batch size, key, phase hook, precision)
+#: → (run_cell JSON, outputs)
 CellRunner = Callable[..., "tuple[dict[str, Any], dict[str, Any]]"]
 
 
@@ -103,18 +109,29 @@ def _check_request(request: ScorecardRequest) -> None:
     for name, value in (("--atol", request.atol), ("--rtol", request.rtol)):
         if value is not None and not 0 <= value < float("inf"):
             raise InputError(f"must be a finite number of 0 or more, got {value}", path=name)
-    for backend in request.backends or []:
-        if backend not in BACKEND_IDS:
-            raise InputError(f"unknown backend '{backend}'", path="--backends", hint="known: " + ", ".join(BACKEND_IDS))
+    for name in request.backends or []:
+        try:
+            backend, _ = split_cell(name)
+        except ValueError as exc:
+            raise InputError(str(exc), path="--backends") from None
         if backend == "onnx-reference":
             raise InputError("onnx-reference is a correctness oracle, not a timed backend", path="--backends",
                              hint="set 'reference: onnx-reference' on a model of the suite")
+    _precisions(request)
+
+
+def _precisions(request: ScorecardRequest) -> list[str]:
+    """``--precision``'s names, checked (an unknown one is bad input naming the valid ones)."""
+    try:
+        return numerics.parse_list(",".join(request.precisions))
+    except HarnessInputError as exc:
+        raise InputError(exc.message, path="--precision", hint=exc.hint) from None
 
 
 def _card(entry: ModelEntry, request: ScorecardRequest) -> ModelCard:
     reference = entry.reference or DEFAULT_REFERENCE
-    chosen = _chosen_backends(entry, request)
-    if reference != "onnx-reference":  # the reference is a cell of its own, first
+    chosen = _cells(_chosen_backends(entry, request), _precisions(request))
+    if reference != "onnx-reference":  # the reference is a cell of its own (at f32), first
         chosen = [reference] + [b for b in chosen if b != reference]
     tolerance = Tolerance(atol=entry.tolerance.get("atol", request.atol if request.atol is not None
                                                    else Tolerance.atol),
@@ -124,11 +141,25 @@ def _card(entry: ModelEntry, request: ScorecardRequest) -> ModelCard:
 
 
 def _chosen_backends(entry: ModelEntry, request: ScorecardRequest) -> list[str]:
-    """``--backends`` ∩ the model's own list; either alone; else the default backends."""
-    own = [b for b in entry.backends if b != "onnx-reference"]
+    """``--backends`` ∩ the model's own list (by backend); either alone; else the default backends."""
+    own = [b for b in entry.backends if split_cell(b)[0] != "onnx-reference"]
     if request.backends and own:
-        return [b for b in request.backends if b in own]
+        own_backends = {split_cell(b)[0] for b in own}
+        return [b for b in request.backends if split_cell(b)[0] in own_backends]
     return list(request.backends or own or default_backends(request.image))
+
+
+def _cells(names: list[str], default_precisions: list[str]) -> list[str]:
+    """Cell names: a name with a precision of its own is that cell; a bare backend is one cell per
+    ``--precision`` (f32 by default). Duplicates dropped, order kept."""
+    cells: list[str] = []
+    for name in names:
+        backend, own = split_cell(name)
+        for precision in [own] if own else default_precisions:
+            cell = cell_name(backend, precision)
+            if cell not in cells:
+                cells.append(cell)
+    return cells
 
 
 def default_backends(image: str | None = None) -> list[str]:
@@ -192,8 +223,9 @@ def _cell_runner(request: ScorecardRequest, summary: ScorecardSummary,
         return cells.run, cells.close
 
     def in_process(backend: str, model: Path, feeds: Any, shapes: Any, *, timed: bool, batch_size: int,
-                   key: str, phase: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return run_cell(backend, model, feeds, shapes, timed=timed, batch_size=batch_size, phase=phase, **options)
+                   key: str, phase: Any, precision: str = numerics.DEFAULT) -> tuple[dict[str, Any], dict[str, Any]]:
+        return run_cell(backend, model, feeds, shapes, timed=timed, batch_size=batch_size, phase=phase,
+                        precision=precision, **options)
 
     return in_process, lambda: None
 
@@ -225,25 +257,26 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
         reference_outputs = outputs if answer["outcome"] == RAN else None
         reference_failure = "" if reference_outputs is not None else answer["reason"]
     baseline: float | None = None
-    for backend in card.backends:
-        with _cell_span(tracer, card, backend, summary) as span:
+    for name in card.backends:
+        with _cell_span(tracer, card, name, summary) as span:
             started = time.monotonic()
-            is_reference = backend == card.reference
+            is_reference = name == card.reference
             if reference_failure or (reference_outputs is None and not is_reference):
                 why = reference_failure or "the reference produced no outputs"
-                _finish(card, Cell(backend, ERROR, f"not checked: the reference {card.reference} failed ({why})"),
+                _finish(card, Cell(name, ERROR, f"not checked: the reference {card.reference} failed ({why})"),
                         request, summary, reporter, started, tracer, span)
                 continue
-            reporter.message(f"madengine: {entry.name} on {backend}" + (" (reference)" if is_reference else ""))
+            reporter.message(f"madengine: {entry.name} on {name}" + (" (reference)" if is_reference else ""))
+            backend, precision = split_cell(name)
             phases = PhaseSpans(tracer)
             answer, outputs = runner(backend, entry.path, feeds, card.shapes, timed=True, batch_size=card.batch_size,
-                                     key=_key(entry.name, backend), phase=phases)
-            cell = _judge(backend, answer, outputs, reference_outputs, card.tolerance, is_reference, phases)
+                                     key=_key(entry.name, name), phase=phases, precision=precision or numerics.DEFAULT)
+            cell = _judge(name, answer, outputs, reference_outputs, card.tolerance, is_reference, phases)
             if is_reference:
                 reference_outputs = outputs if cell.status == PASS else None
                 if reference_outputs is None:
                     reference_failure = cell.reason
-            if backend == BASELINE and cell.p50_ms:
+            if name == BASELINE and cell.p50_ms:
                 baseline = cell.p50_ms
             if baseline and cell.p50_ms:
                 cell.ratio = cell.p50_ms / baseline
@@ -255,18 +288,22 @@ def _cell_span(tracer: Any, card: ModelCard, backend: str, summary: ScorecardSum
     return tracer.span(names.SPAN_MODEL, model_attributes(card.entry.name, backend, _executor(summary)))
 
 
-def _judge(backend: str, answer: dict[str, Any], outputs: dict[str, Any], reference: dict[str, Any] | None,
-           tolerance: Tolerance, is_reference: bool, phase: Any) -> Cell:
+def _judge(name: str, answer: dict[str, Any], outputs: dict[str, Any], reference: dict[str, Any] | None,
+           model_tolerance: Tolerance, is_reference: bool, phase: Any) -> Cell:
+    """The cell's verdict; its outputs are checked with the tolerance of the precision the runtime
+    reports it computed in (the model's own at f32)."""
     outcome = answer["outcome"]
     if outcome != RAN:
         status = ERROR if outcome == CELL_ERROR else UNSUPPORTED
-        return Cell(backend, status, answer.get("reason", ""), answer.get("operator"), is_reference, answer)
+        return Cell(name, status, answer.get("reason", ""), answer.get("operator"), is_reference, answer)
     if is_reference:
-        return Cell(backend, PASS, "reference", None, True, answer)
+        return Cell(name, PASS, "reference", None, True, answer)
+    tolerance = tolerance_for(answer.get("precision") or answer.get("precision_requested") or numerics.DEFAULT,
+                              model_tolerance)
     with phase(names.SPAN_CHECK):
         verdict = compare_outputs(outputs, reference or {}, tolerance)
     status = PASS if verdict.ok else MISMATCH
-    return Cell(backend, status, verdict.reason(), None, False, answer, verdict)
+    return Cell(name, status, verdict.reason(), None, False, answer, verdict, tolerance=tolerance)
 
 
 def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: ScorecardSummary, reporter: Reporter,

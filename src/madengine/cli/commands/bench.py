@@ -16,7 +16,8 @@ from madengine.cli.commands import SUMMARIES
 
 DESCRIPTION = """\
 Benchmark ONNX models on ONNX Runtime with generated inputs: warm-up runs, then timed runs
-(a count, or a minimum time). Reports n, mean, stddev, CV, min, p50/p90/p95/p99, max latency and
+(a count, or a minimum time), at f32 unless --precision asks otherwise (a precision the provider
+cannot compute is a SKIPPED row). Reports n, mean, stddev, CV, min, p50/p90/p95/p99, max latency and
 inferences/s and samples/s, appends one row per model and provider to perf.csv, and prints a
 table (stdout; with --json the JSON goes to stdout and the table to stderr).
 Given Python scripts (SCRIPT.py[::HASH,...] or --all --search-dir DIR), runs each under a hook
@@ -33,6 +34,7 @@ examples:
   madengine bench model.onnx --iterations 200 --threads 1
   madengine bench bert.onnx --axes batch=8 --axes seq=128 --provider cuda --json
   madengine bench --suite models.yaml --min-time 5 --profile
+  madengine bench model.onnx --provider tensorrt --precision f32,fp16
   madengine bench my_script.py --analyze-only --max-depth 1
   madengine bench my_script.py::1a2b3c4d --script-args "--batch 8" --threads 1 --iterations 200
   madengine bench --all --search-dir scripts/ --labels test_group::daily --fp16
@@ -89,6 +91,20 @@ def tolerance(text: str) -> float:
     return value
 
 
+def precision_names(text: str) -> list[str]:
+    """--precision P[,P...] (bench and scorecard): the names, checked by the command's core (exit 2
+    naming the valid ones)."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("names no precision")
+    return names
+
+
+def add_precision_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """--precision P[,P...] of bench and scorecard (None when not given: f32)."""
+    parser.add_argument("--precision", type=precision_names, metavar="P,...", help=help_text)
+
+
 def _providers(text: str) -> list[str]:
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
@@ -127,6 +143,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--axes", type=_assignment, action="append", default=[], metavar="NAME=N",
                         help="size of one named dynamic axis (command-line models)")
     add_timing_arguments(parser, threads_help="intra-op threads (default: onnxruntime's, one per physical core)")
+    add_precision_argument(parser, "what the provider may compute in: f32 (default), tf32 (cuda), fp16 "
+                                   "(tensorrt), or the model's own type; several make one row per precision")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
@@ -183,7 +201,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
         profile=args.profile, metric=args.metric, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
-        use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ, **trace_settings(args))
+        precisions=args.precision or ["f32"], use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ, **trace_settings(args))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
     if args.json:
@@ -204,7 +222,7 @@ def _is_script(text: str) -> bool:
 
 #: flags of the .onnx mode that mean nothing for scripts (shapes come from the script's own calls)
 _ONNX_ONLY = (("suite", "--suite"), ("batch_size", "--batch-size"), ("shape", "--shape"), ("axes", "--axes"),
-              ("profile", "--profile"), ("no_cache", "--no-cache"))
+              ("profile", "--profile"), ("no_cache", "--no-cache"), ("precision", "--precision"))
 _SCRIPT_ONLY = (("script_args", "--script-args"), ("max_depth", "--max-depth"), ("analyze_only", "--analyze-only"),
                 ("build_only", "--build-only"), ("fp16", "--fp16"), ("all_scripts", "--all"),
                 ("search_dir", "--search-dir"), ("labels", "--labels"), ("atol", "--atol"), ("rtol", "--rtol"))
@@ -364,14 +382,15 @@ def render_tables(summary) -> str:
     for outcome in summary.outcomes:
         record, stats = outcome.record, (outcome.result or {}).get("stats")
         if stats:
-            rows.append((record.model, outcome.provider, stats["batch_size"], stats["n"], _ms(stats["mean_ms"]),
+            rows.append((record.model, outcome.provider, record.training_precision, stats["batch_size"], stats["n"],
+                         _ms(stats["mean_ms"]),
                          _ms(stats["stddev_ms"]), f"{stats['cv']:.1%}", _ms(stats["min_ms"]), _ms(stats["p50_ms"]),
                          _ms(stats["p90_ms"]), _ms(stats["p95_ms"]), _ms(stats["p99_ms"]), _ms(stats["max_ms"]),
                          f"{stats['inferences_per_second']:.2f}", f"{stats['samples_per_second']:.2f}", record.status))
         else:
-            rows.append((record.model, outcome.provider, "", "", "", "", "", "", "", "", "", "", "", "", "",
+            rows.append((record.model, outcome.provider, "", "", "", "", "", "", "", "", "", "", "", "", "", "",
                          f"{record.status}: {record.reason}"))
-    parts = [table(("model", "provider", "batch", "n", "mean_ms", "std_ms", "cv", "min_ms", "p50_ms", "p90_ms",
+    parts = [table(("model", "provider", "precision", "batch", "n", "mean_ms", "std_ms", "cv", "min_ms", "p50_ms", "p90_ms",
                     "p95_ms", "p99_ms", "max_ms", "infer/s", "samples/s", "status"), rows, max_width=60)]
     for outcome in summary.outcomes:
         profile = (outcome.result or {}).get("profile")

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from madengine.cli.commands.bench import add_timing_arguments, tolerance, trace_note
+from madengine.cli.commands.bench import add_precision_argument, add_timing_arguments, tolerance, trace_note
 from madengine.cli.env import CliReporter, Environment
 from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.core.errors import ExitStatus
@@ -17,8 +17,11 @@ Run every ONNX model of a suite on several backends (ONNX Runtime CPU at graph o
 disabled and all, OpenVINO, TVM Relax; ONNX Runtime CUDA/TensorRT and OpenVINO GPU where present)
 with the same seeded inputs; check each backend's outputs against the reference (ONNX Runtime CPU
 without optimisation, or onnx's reference evaluator) with per-model tolerances; time each with
-the harness of 'madengine bench'. A cell is PASS, MISMATCH, UNSUPPORTED or ERROR. Prints a grid
-(models x backends: status, p50, ratio to the reference), appends one perf.csv row per cell (and
+the harness of 'madengine bench'. Every backend computes at f32 unless a cell asks for another
+precision (openvino-cpu:bf16, or --precision), checked with that precision's tolerance; a precision
+a backend or this CPU cannot compute natively is an UNSUPPORTED cell. A cell is PASS, MISMATCH,
+UNSUPPORTED or ERROR. Prints a grid (models x cells: status, the precision the runtime computed in,
+p50, ratio to the reference), appends one perf.csv row per cell (and
 imports them into the results database with --db-url or MADENGINE_DB_URL), writes an HTML page
 with --html. Exit 0 no MISMATCH or ERROR, 1 a MISMATCH or ERROR (FAILURE rows), 2 bad input."""
 
@@ -27,6 +30,8 @@ examples:
   madengine scorecard models.yaml
   madengine scorecard models.yaml --backends onnxruntime-cpu-opt-all,openvino-cpu --iterations 100 --threads 1
   madengine scorecard models.yaml --html scorecard.html --json > scorecard.json
+  madengine scorecard models.yaml --backends onnxruntime-cpu-opt-all,openvino-cpu,openvino-cpu:bf16
+  madengine scorecard models.yaml --precision f32,bf16           # every backend at both
   madengine scorecard models.yaml --image my-backends:latest     # each cell in a container of that image
 """
 
@@ -48,7 +53,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backends", type=_names, metavar="A,B,...",
                         help="backends to run (default: each model's own list, else every CPU backend and the GPU "
                              "backends of this host's GPUs): onnxruntime-cpu-opt-disabled, onnxruntime-cpu-opt-all, "
-                             "openvino-cpu, tvm-relax-llvm, onnxruntime-cuda, onnxruntime-tensorrt, openvino-gpu")
+                             "openvino-cpu, tvm-relax-llvm, onnxruntime-cuda, onnxruntime-tensorrt, openvino-gpu; "
+                             "BACKEND:PRECISION for a cell at a precision of its own (openvino-cpu:bf16)")
+    add_precision_argument(parser, "precision of every cell that names none: f32 (default), tf32, bf16, fp16, int8; "
+                                   "several make one cell per backend and precision. The reference stays f32")
     add_timing_arguments(parser, threads_help="intra-op threads of every backend (default: each backend's own)")
     parser.add_argument("--atol", type=tolerance, metavar="X",
                         help="absolute tolerance for models that set none (default 1e-4)")
@@ -76,7 +84,8 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     request = ScorecardRequest(
         suite=args.suite, backends=args.backends, warmup=args.warmup, iterations=args.iterations,
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
-        rtol=args.rtol, image=args.image, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
+        rtol=args.rtol, image=args.image, precisions=args.precision or ["f32"], output=Path(args.perf_csv),
+        runs_dir=Path(args.runs_dir),
         command_line=env.host().command_line, environ=dict(env.environ),
         **trace_settings(args))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
@@ -116,8 +125,8 @@ def _import_rows(summary, db_url: str, env: Environment) -> None:
 
 
 def render_grid(summary) -> str:
-    """Models × backends: status, p50 and the ratio to the reference; then one line per cell that
-    is not a PASS, with its reason."""
+    """Models × cells: status, precision, p50 and the ratio to the reference; then one line per cell
+    that is not a PASS, with its reason."""
     from madengine.cli.render import table
 
     backends = summary.backends
@@ -129,7 +138,8 @@ def render_grid(summary) -> str:
             if cell.status != "PASS":
                 notes.append(f"  {card.entry.name} × {cell.backend}: {cell.status}: {cell.reason}")
     text = table(("model", *backends), rows, max_width=40)
-    legend = "cells: status, p50 latency, ratio to onnxruntime-cpu-opt-disabled's p50 (below 1 = faster); R = reference"
+    legend = ("cells: status, the precision the runtime computed in, p50 latency, ratio to onnxruntime-cpu-opt-disabled's "
+              "p50 (below 1 = faster); R = reference")
     return "\n".join([text, legend, *notes])
 
 
@@ -137,6 +147,8 @@ def _grid_cell(cell) -> str:
     if cell is None:
         return "-"
     parts = [cell.status + (" R" if cell.is_reference else "")]
+    if cell.precision:
+        parts.append(cell.precision)
     if cell.p50_ms is not None:
         parts.append(f"{cell.p50_ms:.3g}ms")
     if cell.ratio is not None:
