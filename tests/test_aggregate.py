@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from madengine.results import PerfRecord
 from madengine.results.aggregate import (MAX, MEAN, SUM, JobShape, NodeFigure, aggregate, aggregate_logs,
-                                         aggregation_rule, last_performance)
+                                         aggregation_rule, job_rows, last_performance)
 from madengine.results.columns import EXTRA_COLUMNS, JOB_COLUMNS
 from madengine.results.parsing import Figure, parse_performance
 
@@ -173,3 +173,71 @@ def test_logs_of_nodes_aggregate_into_one_figure(tmp_path):
     assert not job.ok and "node 3 of 4 printed no performance figure" in job.problem
     job = aggregate_logs(logs, JobShape("torchrun", 3, 2))
     assert job.ok and job.value == 60.0 and job.node_values == (10.0, 20.0, 30.0)
+
+
+# -- the rows of a job's nodes (what the Slurm collection merges) -------------------------------------
+def _node_row(node: int, performance: str = "", status: str = "SUCCESS", reason: str = "", model: str = "m",
+              metric: str = "samples/s") -> dict[str, str]:
+    return {"model": model, "status": status, "performance": performance, "metric": metric, "reason": reason,
+            "artifacts": f"/job/node-{node}/run.log", "test_duration": f"{10 + node}.000", "launcher": "torchrun",
+            "machine_name": f"host{node}"}
+
+
+def test_the_rows_of_the_nodes_become_one_row_of_the_job():
+    [row] = job_rows({1: [_node_row(1, "110")], 0: [_node_row(0, "90")]}, TWO)
+    assert (row["status"], row["performance"], row["metric"], row["reason"]) == ("SUCCESS", "200.0", "samples/s", "")
+    assert (row["world_size"], row["nnodes"], row["node_n"], row["node_performance"]) == ("8", "2", "2", "[90.0, 110.0]")
+    assert row["test_duration"] == "11.000" and row["machine_name"] == "host0"  # the slowest node; the first node
+    assert row["artifacts"] == "/job/node-0/run.log,/job/node-1/run.log"
+
+
+def test_a_figure_from_node_zero_alone_is_the_jobs():
+    [row] = job_rows({0: [_node_row(0, "1234.5")], 1: [_node_row(1)]}, TWO)
+    assert (row["status"], row["performance"], row["node_n"]) == ("SUCCESS", "1234.5", "1")
+
+
+def test_the_node_that_failed_first_is_named_first_then_the_others():
+    follower = "rank 0 (node 0, local rank 0) exited with code 1: RuntimeError: Connection closed by peer"
+    killed = "rank 5 (node 1, local rank 1) was killed by SIGKILL"
+    stopped = "interrupted by SIGTERM during model"
+    rows = {0: [_node_row(0, status="FAILURE", reason=follower)], 1: [_node_row(1, status="FAILURE", reason=killed)],
+            2: [_node_row(2, status="FAILURE", reason=stopped)], 3: [_node_row(3, "5")]}
+    [row] = job_rows(rows, JobShape("torchrun", 4, 2))
+    assert row["status"] == "FAILURE" and row["performance"] == ""
+    assert row["reason"] == f"{killed} (also {follower}; node 2: {stopped})"
+
+
+def test_a_node_without_a_row_fails_the_job():
+    [row] = job_rows({0: [_node_row(0, "1")]}, JobShape("torchrun", 3, 1))
+    assert row["status"] == "FAILURE" and row["reason"] == "nodes 1, 2 of 3 wrote no result row"
+
+
+def test_each_result_of_multiple_results_is_merged_on_its_own():
+    rows = {node: [_node_row(node, "10", model="m_a"), _node_row(node, "2", model="m_b", metric="ms")]
+            for node in (0, 1)}
+    merged = job_rows(rows, TWO)
+    assert [(r["model"], r["performance"], r["node_aggregation"]) for r in merged] == \
+        [("m_a", "20.0", "sum"), ("m_b", "2.0", "mean")]
+
+
+statuses = st.sampled_from(["SUCCESS", "FAILURE", "SKIPPED"])
+
+
+@given(st.dictionaries(st.integers(0, 5), st.lists(st.tuples(st.sampled_from(["a", "b"]), statuses,
+                                                              st.sampled_from(["", "1", "2.5", "x"])), max_size=3),
+                       max_size=6))
+def test_every_result_is_one_row_and_never_a_success_a_node_did_not_earn(nodes):
+    shape = JobShape("torchrun", 6, 1)
+    node_rows = {node: [_node_row(node, perf, status, "why" if status == "FAILURE" else "", model)
+                        for model, status, perf in rows] for node, rows in nodes.items()}
+    merged = job_rows(node_rows, shape)
+    names = list(dict.fromkeys(r["model"] for node in sorted(node_rows) for r in node_rows[node]))
+    assert [row["model"] for row in merged] == names
+    for row in merged:
+        last = {node: [r for r in rows if r["model"] == row["model"]][-1] for node, rows in node_rows.items()
+                if any(r["model"] == row["model"] for r in rows)}
+        if row["status"] == "SUCCESS":
+            assert set(last) == set(range(6)) and all(r["status"] == "SUCCESS" for r in last.values())
+            assert math.isfinite(float(row["performance"]))
+        if any(r["status"] == "FAILURE" for r in last.values()):
+            assert row["status"] == "FAILURE" and row["reason"]

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_service, run_process
+from conftest import FIXTURES, require_service, run_process
+from job_helpers import assert_no_marked_process, marked_context, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slurm
@@ -199,6 +200,11 @@ MODELS = [
      "tags": ["sleepy"]},
     {"name": "sl_multi", "dockerfile": "docker/none", "scripts": "scripts/sl/ranks.sh", "n_gpus": "0",
      "distributed": {"nnodes": 2}, "tags": ["multinode"]},
+    # torchrun over gloo on 2 nodes of one rank each (tests/fixtures/torchrun/scripts/ddp)
+    {"name": "sl_torch", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 6", "n_gpus": "0",
+     "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchjob"]},
+    {"name": "sl_torch_hang", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 4 --hang-rank 1",
+     "n_gpus": "0", "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchhang"]},
 ]
 SCRIPTS = {
     "pass.sh": 'echo "pass on $(hostname): $*"\necho "performance: $2 items/s"\n',
@@ -212,6 +218,7 @@ CONTEXT = json.dumps({"slurm": {"executor": "local", "poll_interval": 0.3}})
 
 def _write_repo(root: Path) -> Path:
     (root / "scripts" / "sl").mkdir(parents=True)
+    shutil.copytree(FIXTURES / "torchrun" / "scripts" / "ddp", root / "scripts" / "ddp")
     (root / "models.json").write_text(json.dumps(MODELS))
     for name, body in SCRIPTS.items():
         (root / "scripts" / "sl" / name).write_text("#!/usr/bin/env bash\n" + body)
@@ -274,10 +281,15 @@ def test_multi_node_model_gets_its_own_job_with_rendezvous_env(slurm_repo, cli):
     result = cli("run", "--tags", "multinode", "--executor", "slurm", "--partition", "multi", "-c", CONTEXT)
     assert result.code == 0, result
     rows = read_rows(slurm_repo / "perf.csv")
-    assert [(r["model"], r["status"], r["performance"]) for r in rows] == [("sl_multi", "SUCCESS", "10")]  # rank 0
+    # one row of the job: the nodes' figures (10 and 11 'nodes', a name no rule knows) summed
+    assert [(r["model"], r["status"], r["performance"]) for r in rows] == [("sl_multi", "SUCCESS", "21.0")]
+    assert (rows[0]["nnodes"], rows[0]["node_n"], rows[0]["node_performance"]) == ("2", "2", "[10.0, 11.0]")
     log = Path(rows[0]["artifacts"].split(",")[-1]).read_text()
     assert "rank 0 of 2 via 127.0.0.1:29500 collect=true" in log
     assert "rank 1 of 2 via 127.0.0.1:29500 collect=false" in log
+    for node in (0, 1):  # each node's own log, apart from the job's
+        node_log = next((slurm_repo / "slurm_results").glob(f"*/tasks/*-sl_multi/node-{node}/runs/*/*/run.log"))
+        assert f"rank {node} of 2" in node_log.read_text()
 
 
 def test_cancelled_job_is_a_failure_row_and_merges_once(slurm_repo, slurm_cluster, cli):
@@ -330,6 +342,50 @@ def test_task_over_its_time_limit_is_a_timeout_row(timeout_job, cli, monkeypatch
     row = read_rows(repo / "perf.csv")[0]
     assert row["model"] == "sl_sleep" and row["status"] == "FAILURE"
     assert row["reason"].startswith("timeout: the Slurm time limit (00:01:00) was reached"), row["reason"]
+
+
+# -- torchrun on two nodes ---------------------------------------------------------------------------
+def _torch_context(mark: str) -> str:
+    return json.dumps(marked_context(mark, slurm={"executor": "local", "poll_interval": 0.3,
+                                                  "master_port": _free_port()}))
+
+
+def _job_left(slurm_cluster, row: dict[str, str]) -> str:
+    return slurm_cluster.run("squeue", "-h", "-j", row["slurm_job_id"]).stdout.strip()
+
+
+def test_torchrun_on_two_nodes_is_one_row_with_world_size_two(slurm_repo, slurm_cluster, cli):
+    pytest.importorskip("torch")
+    mark = new_mark()
+    result = cli("run", "--tags", "torchjob", "--executor", "slurm", "--partition", "multi",
+                 "-c", _torch_context(mark))
+    assert result.code == 0, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert (row["model"], row["status"], row["metric"]) == ("sl_torch", "SUCCESS", "samples_per_second")
+    assert (row["launcher"], row["world_size"], row["nnodes"], row["nproc_per_node"]) == ("torchrun", "2", "2", "1")
+    nodes = json.loads(row["node_performance"])
+    assert row["node_aggregation"] == "sum" and row["node_n"] == "2" and float(row["node_cv"]) >= 0
+    assert len(nodes) == 2 and float(row["performance"]) == pytest.approx(sum(nodes), rel=1e-12)
+    task = next((slurm_repo / "slurm_results").glob("*/tasks/*-sl_torch"))
+    for node in (0, 1):  # each node's log and its rank's own files, kept apart
+        [rank_out] = task.glob(f"node-{node}/runs/*/*/ranks/node-{node}/rank-{node}/stdout.log")
+        assert f"rank {node} of 2: 6 steps" in rank_out.read_text()
+    assert_no_marked_process(mark)
+    assert _job_left(slurm_cluster, row) == ""
+
+
+def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
+    pytest.importorskip("torch")
+    mark = new_mark()
+    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "30",
+                 "-c", _torch_context(mark))
+    assert result.code == 1, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert row["status"] == "FAILURE" and row["world_size"] == "2"
+    assert row["reason"].startswith("node 1: timeout: model ran longer than 30 s; rank 1 (node 1, local rank 0) "
+                                    "was still running; every process of the job was ended"), row["reason"]
+    assert_no_marked_process(mark)
+    assert _job_left(slurm_cluster, row) == ""
 
 
 def _wait_for(condition, timeout: float = 30) -> None:

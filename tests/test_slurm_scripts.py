@@ -94,7 +94,7 @@ def test_multi_node_scripts_keep_model_names_as_data(repo, cli, tmp_path):
     ran = subprocess.run(["bash", "-c", node.replace(str(repo), str(work))], capture_output=True, text=True,
                          env={**os.environ, "SLURM_NODEID": "1"}, cwd=work)
     assert ran.returncode == 0, ran.stderr
-    assert f"madengine: {evil}: node rank 1" in ran.stdout and f"--tags {evil} --output" in ran.stdout
+    assert f"madengine: {evil}: node rank 1" in ran.stdout and f"--tags {evil} --runs-dir" in ran.stdout
     assert "pwned" not in job.replace(f"'{evil}'", "").replace("many__touch_pwned_", "")
     assert not list(work.rglob("pwned")) and not list(repo.rglob("pwned"))
 

@@ -6,8 +6,8 @@ Each model gets what it needs before it starts, taken from a pool:
   those (the context's ``docker_gpus``, which become the container's device requests or
   ``CUDA_VISIBLE_DEVICES``/``HIP_VISIBLE_DEVICES``);
 * a model that needs no GPU gets a set of CPUs no running model holds (its ``n_cpus`` field, else
-  an equal share: CPUs // N); the container runs with that ``cpuset``, host processes with that
-  affinity.
+  an equal share: CPUs // N; a distributed job at least one per rank on the node); the container
+  runs with that ``cpuset``, host processes with that affinity.
 
 Models start in catalog order; one that waits for resources holds back those after it (first in,
 first out), so the order of starts is the order of a sequential run. Each model runs through the
@@ -29,7 +29,8 @@ from madengine.catalog import Model
 from madengine.context import Context
 from madengine.core.errors import MadEngineError
 from madengine.core.events import Progress, Reporter
-from madengine.execution.plan import parse_gpu_list, resolve_gpus
+from madengine.execution.plan import available_gpus, distributed_spec, resolve_gpus
+from madengine.launch import procs_per_node
 from madengine.execution.runner import ModelRunner, Slot
 from madengine.results import PerfRecord, Status
 from madengine.tracing import names
@@ -64,14 +65,6 @@ class ResourcePool:
         self.free_cpus = sorted(self.free_cpus + slot.cpus)
 
 
-def available_gpus(context: Context) -> list[int]:
-    if context.gpu_vendor == "CPU":
-        return []
-    if context.get("docker_gpus") is not None:
-        return parse_gpu_list(context.get("docker_gpus"))
-    return list(range(context.system_ngpus))
-
-
 def available_cpus() -> list[int]:
     try:
         return sorted(os.sched_getaffinity(0))
@@ -80,9 +73,12 @@ def available_cpus() -> list[int]:
 
 
 def model_need(model: Model, context: Context, pool: ResourcePool, workers: int) -> Need:
-    """GPUs the model's run would get; a model without GPUs needs CPUs instead."""
+    """GPUs the model's run would get (a distributed job: one per rank); a model without GPUs needs
+    CPUs instead, at least one per process of its job on this node, so jobs never share a CPU (a
+    job of more ranks than the host has CPUs gets all of them, and runs alone)."""
     try:
         gpus = len(resolve_gpus(model, context))
+        spec = distributed_spec(model, context)
     except MadEngineError:
         return Need()  # the run itself records why; it holds nothing
     if gpus:
@@ -92,6 +88,8 @@ def model_need(model: Model, context: Context, pool: ResourcePool, workers: int)
         cpus = int(wanted) if wanted is not None else max(1, pool.all_cpus // workers)
     except (TypeError, ValueError):
         cpus = max(1, pool.all_cpus // workers)
+    if spec is not None:
+        cpus = max(cpus, procs_per_node(spec, []))
     return Need(cpus=max(1, min(cpus, pool.all_cpus)))
 
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 from madengine import __version__
 from madengine.catalog import Catalog, Model, select_models
-from madengine.context.context import deep_merge, load_context_file, parse_context_string, validate_context
+from madengine.context.context import Context, deep_merge, load_context_file, parse_context_string, validate_context
 from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, ContextError, InputError
 from madengine.core.host import Host
@@ -40,6 +40,7 @@ from madengine.distributed.slurm_jobs import (JOB_FILE, JobCollector, LogFollowe
 from madengine.core.events import Reporter
 from madengine.distributed.options import SlurmOptions, TransportOptions
 from madengine.execution.options import BuildOptions, RunOptions
+from madengine.execution.plan import distributed_spec
 from madengine.core.ids import new_run_id
 from madengine.results import RunSummary
 
@@ -182,17 +183,29 @@ def user_context(options: RunOptions) -> dict[str, Any]:
 
 
 # -- planning ----------------------------------------------------------------------------------
-def model_nodes(model: Model, settings: SlurmSettings) -> int:
+def model_nodes(model: Model, settings: SlurmSettings, context: Context | None = None) -> int:
+    """The nodes of ``model``'s job: ``--nodes`` (``slurm.nodes``), else its ``distributed`` block
+    under the context's (``nnodes``), else its ``nnodes`` field, else 1."""
     if settings.nodes is not None:
         return settings.nodes
+    spec = distributed_spec(model, context or Context({}))
+    if spec is not None:
+        return spec.nnodes
     declared = model.extra.get("nnodes")
-    distributed = model.extra.get("distributed")
-    if declared is None and isinstance(distributed, Mapping):
-        declared = distributed.get("nnodes")
     try:
         return max(1, int(declared)) if declared is not None else 1
     except (TypeError, ValueError):
         raise ConfigError(f"nnodes of model '{model.name}' is not a number: {declared!r}", path=model.source) from None
+
+
+def _node_task(task: SlurmTask, model: Model, settings: SlurmSettings, context: Context) -> None:
+    """What each node of a multi-node task needs beyond the run: the rendezvous port (the model's
+    ``master_port``, else ``slurm.master_port``), and ``--nodes`` as the job's ``nnodes`` when
+    the model's block says otherwise."""
+    spec = distributed_spec(model, context)
+    task.master_port = (spec.master_port if spec is not None else None) or settings.master_port
+    if spec is not None and spec.nnodes != task.nodes:
+        task.node_context = json.dumps({"distributed": {"nnodes": task.nodes}})
 
 
 def task_tag(model: Model) -> str:
@@ -291,9 +304,14 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
                          path="slurm.results_dir")
     context_file = job_dir / "context.json" if context else None
     command = shlex.join(task_command(request, settings, job_dir, context_file))
+    node_context = Context(context)
     tasks = [SlurmTask(index=i, model=m.name, tag=task_tag(m), model_entry=model_entry(m),
-                       result_dir=str(job_dir / "tasks" / f"{i:03d}-{_safe(m.name)}"), nodes=model_nodes(m, settings))
+                       result_dir=str(job_dir / "tasks" / f"{i:03d}-{_safe(m.name)}"),
+                       nodes=model_nodes(m, settings, node_context))
              for i, m in enumerate(models)]
+    for task, model in zip(tasks, models):
+        if task.nodes > 1:
+            _node_task(task, model, settings, node_context)
     spans = {}
     for task in tasks:
         spans[task.index] = request.tracer.start_span(names.SPAN_SLURM_TASK, {
@@ -321,7 +339,7 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
         rank_script = job_dir / f"{stem}.node.sh"
         log_pattern = str(job_dir / "logs" / f"{stem}_%j.out")
         values = dict(common, task=task, nodes=task.nodes, log_pattern=log_pattern, rank_script=str(rank_script),
-                      master_port=settings.master_port, nproc_per_node=settings.gpus_per_node or 0)
+                      nproc_per_node=settings.gpus_per_node or 0)
         text = templates.get_template("multinode.sbatch.j2").render(**values)
         helper = templates.get_template("node-rank.sh.j2").render(**values)
         scripts.append(Script(job_dir / f"{stem}.sbatch", text, [task], "multinode", log_pattern,

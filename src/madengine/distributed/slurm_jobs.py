@@ -28,6 +28,7 @@ from madengine.distributed.manifest import model_of_entry
 from madengine.distributed.slurm_commands import UNRUNNABLE, JobRecord, SlurmCommands, split_queue_id
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary, Status, append_records, read_rows
+from madengine.results.aggregate import JobShape, job_rows
 
 JOB_FILE = "job.json"
 FORMAT = "madengine-slurm-job"
@@ -62,11 +63,17 @@ class SlurmTask:
     recorded: bool = False  # its rows are already in perf.csv (a refused task, recorded at once)
     unrunnable: str = ""  # the pending reason for which madengine cancelled the task (it could never start)
     traceparent: str = ""  # the W3C trace context the task continues ('' with --no-trace)
+    master_port: int = 0  # a multi-node task's rendezvous port
+    node_context: str = ""  # a multi-node task's context string for its nodes (--nodes as the job's nnodes)
 
     def trace_files(self) -> list[Path]:
-        """The trace.json files the task wrote (one per node rank of a multi-node task)."""
+        """The trace.json files the task wrote (one per node of a multi-node task)."""
         folder = Path(self.result_dir)
-        return sorted(folder.glob("trace.json")) + sorted(folder.glob("rank*/trace.json"))
+        return sorted(folder.glob("trace.json")) + sorted(folder.glob("node-*/trace.json"), key=_node_number)
+
+    def node_folders(self) -> list[Path]:
+        """A multi-node task's folder of each node (``node-<node rank>``), by node rank."""
+        return sorted(Path(self.result_dir).glob("node-*"), key=_node_number)
 
     @property
     def slurm_id(self) -> str:
@@ -273,24 +280,31 @@ def state_reason(record: JobRecord | None, task: SlurmTask) -> str | None:
     return f"Slurm state {state}" + (f" ({record.reason})" if record.reason not in ("", "None") else "")
 
 
+def _node_number(path: Path) -> int:
+    number = path.name.partition("-")[2]
+    return int(number) if number.isdigit() else -1
+
+
 def _task_rows(task: SlurmTask) -> list[dict[str, str]]:
-    """Rows of node rank 0 (or the single node), then FAILURE rows of the other ranks."""
+    """The task's rows; a multi-node task's are one row per result of the job, merged from the
+    rows of its nodes (:func:`madengine.results.aggregate.job_rows`)."""
     folder = Path(task.result_dir)
     if task.nodes <= 1:
         path = folder / "perf.csv"
         return read_rows(path) if path.is_file() else []
-    rows: list[dict[str, str]] = []
-    for rank_dir in sorted(folder.glob("rank*"), key=lambda p: int(p.name[4:] or 0)):
-        path = rank_dir / "perf.csv"
-        if not path.is_file():
-            continue
-        for row in read_rows(path):
-            if rank_dir.name == "rank0":
-                rows.append(row)
-            elif row.get("status") == Status.FAILURE:
-                row["reason"] = f"node rank {rank_dir.name[4:]}: {row.get('reason', '')}"
-                rows.append(row)
-    return rows
+    nodes = {_node_number(node): read_rows(node / "perf.csv") for node in task.node_folders()
+             if (node / "perf.csv").is_file() and 0 <= _node_number(node) < task.nodes}
+    if not nodes:
+        return []
+    return job_rows(nodes, _job_shape(task, nodes))
+
+
+def _job_shape(task: SlurmTask, nodes: dict[int, list[dict[str, str]]]) -> JobShape:
+    """The job as its nodes' rows describe it (its launcher and ranks per node); a model without a
+    ``distributed`` block runs one process per node."""
+    row = next((r for rows in nodes.values() for r in rows if r.get("launcher")), {})
+    per_node = row.get("nproc_per_node", "")
+    return JobShape(row.get("launcher", ""), task.nodes, int(per_node) if per_node.isdigit() else 1)
 
 
 def _last_error(log: str) -> str:

@@ -30,6 +30,7 @@ from madengine.execution.build import last_line
 from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
 from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError
 from madengine.execution.executor import ImageInfo, ImageSource, Target
+from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
 from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
@@ -62,6 +63,10 @@ class DockerExecutor:
         self.images = images
         self.probes = probes or ProbeCache(None)
         self._containers: dict[str, _Container] = {}
+        #: the cookie of each run's step in flight (madengine.execution.proctree), by run key
+        self._cookies: dict[str, str] = {}
+        #: the ranks still running when a run's container was killed, by run key
+        self._ranks: dict[str, tuple[int, ...]] = {}
         self._removals: list[threading.Thread] = []
         self._unremoved: list[_Container] = []
 
@@ -87,7 +92,8 @@ class DockerExecutor:
             step = spec.steps[0]
             config["Cmd"] = list(step.argv)
             config["WorkingDir"] = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
-            config["Env"] = config["Env"] + [f"{key}={value}" for key, value in step.env.items()]
+            config["Env"] = config["Env"] + [f"{key}={value}" for key, value in step.env.items()] + \
+                [f"{COOKIE_VAR}={self._cookies.setdefault(spec.key, new_cookie())}"]
             config["HostConfig"]["LogConfig"] = {"Type": "json-file", "Config": {}}  # readable whatever the default
         return config
 
@@ -122,6 +128,8 @@ class DockerExecutor:
                         devices.append(device_mapping(path))
             host_config["Devices"] = devices
             host_config["GroupAdd"] = [str(g) for g in sorted(groups)]
+        if spec.launch is not None:  # the model's own options (below) win
+            host_config.update(job_host_config(spec.launch.nproc_per_node, spec.launch.nnodes))
         top, fields = engine_fields(extra)
         for key in ("Devices", "GroupAdd", "CapAdd", "SecurityOpt"):
             if key in fields:
@@ -156,21 +164,22 @@ class DockerExecutor:
         container = self._containers[spec.key]
         started = time.monotonic()
         try:
-            with deadline(timeout, lambda: self._kill(spec)) as timed_out, engine_calls():
+            with deadline(timeout, lambda: self._end_job(spec)) as timed_out, engine_calls():
                 # the log follows from the container's start to its exit (attaching could miss output
                 # written before it, and waits forever on a container that already ended)
                 for chunk in engine.logs(container.id):
                     sink.feed(chunk)
                 info = _ended(engine, container.id)
         except KeyboardInterrupt as exc:
-            self._kill(spec)
+            self._end_job(spec)
             sink.close()
-            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+            return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc,
+                              ranks_running=self._ranks.pop(spec.key, ()))
         sink.close()
         state = info.get("State") or {}
         duration = _engine_duration(state) or time.monotonic() - started
         if timed_out.is_set():
-            return StepResult(None, duration, sink.text(), timed_out=True)
+            return StepResult(None, duration, sink.text(), timed_out=True, ranks_running=self._ranks.pop(spec.key, ()))
         cause = "out of memory: the kernel's OOM killer stopped the model" + _limit_text(_memory_limit(info)) \
             if state.get("OOMKilled") else ""
         return StepResult(state.get("ExitCode"), duration, sink.text(), cause=cause)
@@ -180,20 +189,23 @@ class DockerExecutor:
         container = self._containers[spec.key]
         workdir = CONTAINER_WORKSPACE + ("/" + step.cwd if step.cwd else "")
         started = time.monotonic()
+        cookie = self._cookies[spec.key] = new_cookie()
         try:
             with engine_calls():
-                exec_id = engine.exec_create(container.id, step.argv, workdir=workdir, environment=step.env or None)
+                exec_id = engine.exec_create(container.id, step.argv, workdir=workdir,
+                                             environment={**step.env, COOKIE_VAR: cookie})
                 stream = engine.exec_start(exec_id)
         except EngineError as exc:
             return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(exc.message))}")
-        with deadline(timeout, lambda: self._kill(spec)) as timed_out:
+        with deadline(timeout, lambda: self._end_job(spec)) as timed_out:
             try:
                 for chunk in stream:
                     sink.feed(chunk)
             except KeyboardInterrupt as exc:
-                self._kill(spec)
+                self._end_job(spec)
                 sink.close()
-                return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc)
+                return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc,
+                                  ranks_running=self._ranks.pop(spec.key, ()))
             except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
                 if not timed_out.is_set():
                     if is_engine_gone(exc):
@@ -202,12 +214,13 @@ class DockerExecutor:
         sink.close()
         duration = time.monotonic() - started
         if timed_out.is_set():
-            return StepResult(None, duration, sink.text(), timed_out=True)
+            return StepResult(None, duration, sink.text(), timed_out=True, ranks_running=self._ranks.pop(spec.key, ()))
         with engine_calls():
             info = self._finished(exec_id)
             code = info.get("ExitCode") if info else None
             cause = self._oom(container) if code == 137 else ""
         _end_group(info)
+        end_step(None, cookie, grace=0.0)  # what the step left in sessions of its own (a launcher's workers)
         return StepResult(code, duration, sink.text(), cause=cause)
 
     def _finished(self, exec_id: str) -> dict[str, Any]:
@@ -236,6 +249,14 @@ class DockerExecutor:
             "with no container memory limit (the host ran out)"
         return f"out of memory: the kernel's OOM killer stopped the model {where}"
 
+    def _end_job(self, spec: RunSpec) -> None:
+        """Timeout or interrupt: note the ranks still running (seen from this host when the engine
+        runs here), then kill the container, which ends every process in it."""
+        cookie = self._cookies.get(spec.key)
+        if cookie and spec.launch is not None:
+            self._ranks[spec.key] = running_ranks(None, cookie)
+        self._kill(spec)
+
     def _kill(self, spec: RunSpec) -> None:
         container = self._containers.get(spec.key)
         if container is not None:
@@ -246,6 +267,7 @@ class DockerExecutor:
         """Remove the container in the background (the engine takes a while to tear it down, and
         the row can be written meanwhile); :meth:`close` waits for every removal."""
         container = self._containers.pop(spec.key, None)
+        self._cookies.pop(spec.key, None)
         if container is None or keep_alive:
             return
         removal = threading.Thread(target=self._remove, args=(container,), name=f"remove-{spec.key}")
@@ -295,6 +317,32 @@ class DockerExecutor:
     def _engine(self) -> Engine:
         assert self.client is not None, "a DockerExecutor without an engine only builds container bodies"
         return self.client
+
+
+#: /dev/shm of a distributed job's container: per rank, at least, and at most this share of the host's memory
+SHM_PER_RANK = 1 << 30
+SHM_LEAST = 2 << 30
+SHM_HOST_SHARE = 0.5
+
+
+def job_host_config(nproc_per_node: int, nnodes: int) -> dict[str, Any]:
+    """The container of one node of a distributed job holds all its ranks. PyTorch's data-loader
+    workers and its shared-memory transports (gloo, NCCL within a node) need more than docker's
+    64 MiB ``/dev/shm``: a private IPC namespace (never the host's) with 1 GiB per rank, at least 2
+    GiB, at most half the host's memory (a limit: only what is written takes memory). A job of
+    several nodes uses the host's network, so the other nodes reach its rendezvous and its ranks;
+    no capability or device is added."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        memory = 0
+    size = max(SHM_LEAST, SHM_PER_RANK * nproc_per_node)
+    if memory:
+        size = min(size, int(memory * SHM_HOST_SHARE))
+    fields: dict[str, Any] = {"IpcMode": "private", "ShmSize": size}
+    if nnodes > 1:
+        fields["NetworkMode"] = "host"
+    return fields
 
 
 class _Container:

@@ -1,12 +1,14 @@
 """The local executor: the model's steps run as host processes in its work folder.
 
-Each step runs in its own session (process group), so a timeout, Ctrl-C or an abort ends the
-step's whole tree and nothing else.
+Each step runs in its own session and carries a cookie in its environment, so a timeout, Ctrl-C,
+SIGTERM or an abort ends every process of the step and nothing else, the workers a launcher
+started in sessions of their own included (:mod:`madengine.execution.proctree`).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -18,9 +20,12 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.provenance import Probe, ProbeCache, probe_local
 from madengine.execution.plan import local_key
+from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 _KILL_GRACE = 5.0
+#: how long the output pipe may stay open after the step's processes ended (see _pump)
+_DRAIN = 5.0
 
 
 class LocalExecutor:
@@ -28,7 +33,7 @@ class LocalExecutor:
 
     def __init__(self, environ: Mapping[str, str], probes: ProbeCache | None = None) -> None:
         self.environ = environ
-        self._running: dict[int, tuple[str, subprocess.Popen]] = {}
+        self._running: dict[int, _Running] = {}
         self._lock = threading.Lock()
         self.probes = probes or ProbeCache(None)
 
@@ -74,39 +79,95 @@ class LocalExecutor:
         started = time.monotonic()
         if spec.cpus:  # a --parallel slot: this thread's affinity, which the step's processes inherit
             os.sched_setaffinity(0, spec.cpus)
+        cookie = new_cookie()
         try:
-            proc = subprocess.Popen(step.argv, cwd=cwd, env=self._env(spec, step), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(step.argv, cwd=cwd, env={**self._env(spec, step), COOKIE_VAR: cookie},
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
         except OSError as exc:
             return StepResult(None, 0.0, error=f"cannot start {step.argv[0]}: {exc.strerror}")
+        running = _Running(spec.run_id, proc, cookie)
         with self._lock:
-            self._running[proc.pid] = (spec.run_id, proc)
-        # the step ends with its main process: whatever it left in its process group (which may
-        # hold the output pipe open) is killed then
-        threading.Thread(target=_end_group_after, args=(proc,), name=f"step-{proc.pid}", daemon=True).start()
+            self._running[proc.pid] = running
+        # the step ends with its main process: whatever it left (launchers' workers in sessions of
+        # their own too, which may hold the output pipe open) is killed then
+        threading.Thread(target=running.end_leftovers, name=f"step-{proc.pid}", daemon=True).start()
         try:
-            with deadline(timeout, lambda: kill_group(proc)) as timed_out:
-                assert proc.stdout is not None
-                for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-                    sink.feed(chunk)
+            with deadline(timeout, running.end) as timed_out:
+                _pump(proc, sink)
                 proc.wait()
         except KeyboardInterrupt as exc:
-            kill_group(proc)
+            running.end()
             sink.close()
-            return StepResult(proc.returncode, time.monotonic() - started, sink.text(), interrupted=exc)
+            return StepResult(proc.returncode, time.monotonic() - started, sink.text(), interrupted=exc,
+                              ranks_running=running.ranks)
         finally:
             with self._lock:
                 self._running.pop(proc.pid, None)
+            assert proc.stdout is not None
+            proc.stdout.close()
         sink.close()
         code = proc.returncode
         return StepResult(code, time.monotonic() - started, sink.text(), timed_out=timed_out.is_set(),
-                          cause=f"killed by {signal_name(-code)}" if code is not None and code < 0 else "")
+                          cause=f"killed by {signal_name(-code)}" if code is not None and code < 0 else "",
+                          ranks_running=running.ranks)
 
     def abort(self, run_id: str) -> None:
         with self._lock:
-            procs = [proc for owner, proc in self._running.values() if owner == run_id]
-        for proc in procs:
-            _signal_group(proc, signal.SIGTERM)
+            steps = [running for running in self._running.values() if running.run_id == run_id]
+        enders = [threading.Thread(target=running.end, daemon=True) for running in steps]
+        for ender in enders:  # every step at once: each waits its grace period
+            ender.start()
+        for ender in enders:
+            ender.join()
+
+
+class _Running:
+    """A step's main process and the cookie its processes carry; :meth:`end` ends all of them."""
+
+    def __init__(self, run_id: str, proc: subprocess.Popen, cookie: str) -> None:
+        self.run_id = run_id
+        self.proc = proc
+        self.cookie = cookie
+        #: the ranks still running when the step was ended (named in a timeout's reason)
+        self.ranks: tuple[int, ...] = ()
+        self._ended = threading.Lock()
+
+    def end(self) -> None:
+        """Timeout, Ctrl-C, SIGTERM, abort: the ranks still running are noted, then the whole step
+        is ended (SIGTERM, then SIGKILL after the grace period)."""
+        if self._ended.acquire(blocking=False):  # the first caller notes the ranks
+            self.ranks = running_ranks(self.proc.pid, self.cookie)
+        end_step(self.proc.pid, self.cookie, _KILL_GRACE)
+        try:
+            self.proc.wait(timeout=_KILL_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def end_leftovers(self) -> None:
+        """Once the main process ended: kill what it left behind."""
+        self.proc.wait()
+        end_step(None, self.cookie, grace=0.0)
+
+
+def _pump(proc: subprocess.Popen, sink: LineSink) -> None:
+    """The step's output into ``sink`` until the pipe's end. Once the main process has ended (and
+    what it left was killed) the end comes at once, unless a process out of reach holds the pipe:
+    then after :data:`_DRAIN` seconds at most, never a wait without end."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    ended_at = None
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.25)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            sink.feed(chunk)
+        elif proc.poll() is not None:
+            ended_at = ended_at or time.monotonic()
+            if time.monotonic() - ended_at >= _DRAIN:
+                return
 
 
 def signal_name(signum: int) -> str:
@@ -114,31 +175,3 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def _end_group_after(proc: subprocess.Popen) -> None:
-    proc.wait()
-    _signal_group(proc, signal.SIGKILL)
-
-
-def _signal_group(proc: subprocess.Popen, signum: int) -> bool:
-    try:
-        os.killpg(proc.pid, signum)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def kill_group(proc: subprocess.Popen, grace: float = _KILL_GRACE) -> None:
-    """SIGTERM the step's whole process group, then SIGKILL what is left after ``grace``."""
-    if not _signal_group(proc, signal.SIGTERM):
-        return
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    _signal_group(proc, signal.SIGKILL)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass

@@ -37,6 +37,7 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import Executor, ImageInfo, Target
 from madengine.execution.options import RunOptions
 from madengine.execution.engine import EngineError
+from madengine.execution.ranks import RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns
 from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
 from madengine.execution.provenance import Probe, load_notes, precision_columns, reported_precision
 from madengine.execution.streams import LineSink, StepResult, open_log
@@ -317,6 +318,10 @@ class ModelRunner:
                              spec.launch)
         if spec.launch is not None:
             spec.files.update(spec.launch.files)
+            facts.add(job_shape(spec.launch).columns())
+            # launchers are Python programs that print their ranks' lines: unbuffered, the node's log is
+            # live (--live-output, a hang) and nothing is lost when a launcher must be killed
+            spec.env.setdefault("PYTHONUNBUFFERED", "1")
         return spec, script_dir
 
     def _probe(self, spec: RunSpec) -> Probe:
@@ -373,6 +378,10 @@ class ModelRunner:
             self._collect(spec, facts)
             records = [self.failure(spec.model, outcome, **facts.values())] if isinstance(outcome, str) \
                 else self._evaluate(spec, outcome, facts)
+            if spec.launch is not None:
+                for record in records:
+                    for key, value in one_node_columns(spec.launch, record).items():
+                        setattr(record, key, value)
             if isinstance(outcome, Repeats) and len(outcome.kept) > 1:
                 write_samples_file(spec.artifacts_dir / SAMPLES_FILE, [r.to_row() for r in records])
         yield from records
@@ -444,6 +453,10 @@ class ModelRunner:
         which = f" (run {n + 1} of {runs})" if runs > 1 else ""
         if result.interrupted is not None:
             return f"{self.note_stop(result.interrupted)} during {step.name}{which}"
+        job = job_failure(spec.launch, spec.workdir, result, f"{step.name}{which}", spec.timeout) \
+            if spec.launch is not None and step.is_model else ""
+        if job:
+            return job
         if result.timed_out:
             return f"timeout: {step.name}{which} ran longer than {spec.timeout} s; container/process killed"
         if result.error:
@@ -480,6 +493,9 @@ class ModelRunner:
         model = spec.model
         figures = [parse_performance(result.output) for result in repeats.kept]
         missing = [i for i, figure in enumerate(figures, start=1) if figure is None]
+        if len(missing) == len(figures) and spec.launch is not None and spec.launch.nnodes > 1:
+            # one node of several: the job's row merges its nodes' (a figure may come from node 0 alone)
+            return [self.records.for_model(model, Status.SUCCESS, **facts.values())]
         if missing:
             which = f" (repeat {missing[0]} of {len(figures)})" if len(figures) > 1 else ""
             return [self.failure(model, f"no performance figure{which}: the script printed no 'performance: "
@@ -530,6 +546,9 @@ class ModelRunner:
     def _collect(self, spec: RunSpec, facts: RunFacts) -> None:
         """Copy files the steps wrote (``spec.collect`` patterns) into the artifacts folder, then
         run the finalizers; their values go into the row (``extra`` for non-standard names)."""
+        if spec.launch is not None and spec.workdir.is_dir():
+            if collect_rank_logs(spec.workdir, spec.artifacts_dir, spec.launch):
+                facts.artifacts.append(str(spec.artifacts_dir / RANKS_FOLDER / f"node-{spec.launch.node_rank}"))
         if spec.workdir.is_dir():
             for pattern in spec.collect:
                 for path in sorted(spec.workdir.glob(pattern)):

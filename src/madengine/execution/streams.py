@@ -22,6 +22,9 @@ class StepResult:
     error: str = ""  # the executor could not run the step at all
     #: what the executor knows about a non-zero exit ('out of memory: ...'); '' when nothing
     cause: str = ""
+    #: the global ranks of a distributed job still running when the executor ended the step
+    #: (timeout, interrupt): the ranks that hung, when the others had finished
+    ranks_running: tuple[int, ...] = ()
 
 
 class LineSink:

@@ -34,10 +34,10 @@ import json
 import math
 import os
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.results.columns import JOB_COLUMNS
-from madengine.results.parsing import Performance, parse_performance
+from madengine.results.parsing import Performance, as_number, parse_performance
 from madengine.stats.summary import summarize
 
 SUM, MEAN, MAX = "sum", "mean", "max"
@@ -274,5 +274,78 @@ def aggregate_logs(logs: Mapping[int, str | os.PathLike[str]], shape: JobShape) 
     return aggregate(figures, shape)
 
 
+# -- the rows of a job's nodes ----------------------------------------------------------------------
+#: a node failure that follows another's: a peer that went away, a stop from outside
+_FOLLOWS = ("interrupted", "closed by peer", "reset by peer", "remote worker", "Broken pipe")
+_NAMES_A_RANK = re.compile(r"\brank \d+ \(node \d+")
+_REASON_LIMIT = 600
+
+
+def job_rows(node_rows: Mapping[int, Sequence[Mapping[str, str]]], shape: JobShape) -> list[dict[str, str]]:
+    """The rows of a job from those each node wrote (its perf.csv rows, by node rank): one per
+    result (``model``), in first-seen order. A result fails when a node's row failed (the reason
+    says which node failed first, then the others) or a node wrote none; else its figure is
+    :func:`aggregate` of the nodes' figures, and the row records them (:data:`JOB_COLUMNS`)."""
+    order: list[str] = []
+    results: dict[str, dict[int, Mapping[str, str]]] = {}
+    for node in sorted(node_rows):
+        for row in node_rows[node]:
+            name = row.get("model", "")
+            if name not in results:
+                order.append(name)
+                results[name] = {}
+            results[name][node] = row  # a node's last row of a result counts
+    return [_job_row(results[name], shape) for name in order]
+
+
+def _job_row(rows: Mapping[int, Mapping[str, str]], shape: JobShape) -> dict[str, str]:
+    first = min(rows)
+    row = dict(rows[first])
+    row.update({key: str(value) for key, value in shape.columns().items()})
+    artifacts = [a for node in sorted(rows) for a in rows[node].get("artifacts", "").split(",") if a]
+    row["artifacts"] = ",".join(dict.fromkeys(artifacts))
+    durations = [number for r in rows.values() if (number := as_number(r.get("test_duration", ""))) is not None]
+    if durations:
+        row["test_duration"] = f"{max(durations):.3f}"  # the job took as long as its slowest node
+    failed = {node: r.get("reason", "") for node, r in rows.items() if r.get("status") == "FAILURE"}
+    if failed:
+        return _failed(row, _failure_reason(failed))
+    if all(r.get("status") == "SKIPPED" for r in rows.values()):
+        return row
+    missing = [node for node in range(shape.nnodes) if node not in rows]
+    if missing:
+        return _failed(row, f"{_nodes(missing)} of {shape.nnodes} wrote no result row")
+    job = aggregate([NodeFigure(node, as_number(r.get("performance", "")), r.get("metric", ""))
+                     for node, r in rows.items()], shape)
+    row.update({key: str(value) for key, value in job.columns().items()})
+    if not job.ok:
+        return _failed(row, job.problem)
+    row.update(status="SUCCESS", reason="", performance=repr(job.value), metric=job.metric)
+    return row
+
+
+def _failed(row: dict[str, str], reason: str) -> dict[str, str]:
+    row.update(status="FAILURE", reason=reason, performance="")
+    return row
+
+
+def _failure_reason(failed: Mapping[int, str]) -> str:
+    """The failed nodes' reasons, the first failure first: one that names a rank and does not
+    follow another's (a peer gone, a stop from outside), then by node rank."""
+    def order(node: int) -> tuple[bool, bool, int]:
+        reason = failed[node]
+        return any(mark in reason for mark in _FOLLOWS), not _NAMES_A_RANK.search(reason), node
+
+    def said(node: int) -> str:
+        reason = failed[node] or "failed"
+        return reason if _NAMES_A_RANK.match(reason) else f"node {node}: {reason}"
+
+    nodes = sorted(failed, key=order)
+    text = said(nodes[0])
+    if len(nodes) > 1:
+        text += " (also " + "; ".join(said(node) for node in nodes[1:]) + ")"
+    return text if len(text) <= _REASON_LIMIT else text[:_REASON_LIMIT - 1] + "…"
+
+
 __all__ = ["JOB_COLUMNS", "MAX", "MEAN", "SUM", "JobFigure", "JobShape", "NodeFigure", "aggregate",
-           "aggregate_logs", "aggregation_rule", "last_performance"]
+           "aggregate_logs", "aggregation_rule", "job_rows", "last_performance"]
