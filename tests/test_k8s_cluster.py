@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import shutil
 import subprocess
@@ -256,3 +257,46 @@ def test_dry_run_writes_the_objects_and_submits_nothing(standin, k8s_repo, cli, 
     files = [Path(line) for line in result.stdout.split()]
     assert len(files) == 4 and all(p.is_file() and "/k8s/mad-k8s-" in str(p) for p in files)
     assert standin.requests == [] and not (k8s_repo / "perf.csv").exists()
+
+
+# -- a real 2-node torchrun job ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_two_node_torchrun_job_is_one_row_equal_to_the_slurm_paths_for_the_same_logs(
+        standin, docker_client, docker_cleanup, tmp_path, monkeypatch, cli):
+    """Two pods (an Indexed Job) meet at pod 0's DNS name through the headless Service and run 4
+    gloo ranks; each pod's log has its node's figure; the row is what the Slurm path's merge
+    (results.aggregate.job_rows of the rows its nodes would write from those logs) records."""
+    pytest.importorskip("torch")
+    from torch_image import ensure_torch_image
+    from madengine.results.aggregate import JOB_COLUMNS, JobShape, job_rows
+    from madengine.results.parsing import parse_performance
+
+    ensure_torch_image(docker_client)
+    docker_cleanup.append("ci-tr_")
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "torchrun", repo)
+    monkeypatch.chdir(repo)
+    ctx = json.loads(context(standin, tmp_path))
+    ctx["distributed"] = {"nnodes": 2}
+    result = cli("run", "--tags", "tr_ddp", "--executor", "k8s", "-c", json.dumps(ctx))
+    assert result.code == 0, result
+    row = rows(repo)["tr_ddp"]
+    assert (row["status"], row["launcher"], row["world_size"], row["nnodes"], row["nproc_per_node"], row["node_n"],
+            row["node_aggregation"]) == ("SUCCESS", "torchrun", "4", "2", "2", "2", "sum")
+    job = row["k8s_job"]
+    hosts = [r["body"] for r in standin.seen("POST", "Service")]
+    assert [h["metadata"]["name"] for h in hosts] == [job]
+    files = standin.seen("POST", "ConfigMap")[0]["body"]["data"]
+    assert all(f"--node_rank={n} --master_addr={job}-0.{job}.default.svc.cluster.local " in files[f"node-{n}.env"]
+               for n in (0, 1))
+    texts = [Path(p).read_text() for p in row["artifacts"].split(",")]
+    assert sorted(rank for t in texts for rank in re.findall(r"\brank (\d) of 4: 6 steps", t)) == ["0", "1", "2", "3"]
+    node_rows = {}
+    for node, text in enumerate(texts):  # what each Slurm node's `madengine run` writes from this log
+        figure = parse_performance(text)
+        node_rows[node] = [{"model": "tr_ddp", "status": "SUCCESS", "performance": repr(float(figure.value)),
+                            "metric": figure.metric}]
+    slurm = job_rows(node_rows, JobShape("torchrun", 2, 2))[0]
+    assert (float(row["performance"]), row["metric"]) == (float(slurm["performance"]), slurm["metric"])
+    assert {c: row[c] for c in JOB_COLUMNS} == {c: slurm[c] for c in JOB_COLUMNS}
+    assert_nothing_left(standin)
