@@ -103,7 +103,7 @@ class StandIn:
 
     def __init__(self, docker_client: Any, *, allocatable: dict[str, str] | None = None,
                  node_labels: dict[str, str] | None = None, nodes_forbidden: bool = False,
-                 pull_backoff_after: float = 0.5) -> None:
+                 pull_backoff_after: float = 0.5, refuse: dict[tuple[str, str], tuple[int, str]] | None = None) -> None:
         self.docker = docker_client
         self.id = uuid.uuid4().hex[:8]
         self.node = "standin-node"
@@ -111,6 +111,8 @@ class StandIn:
         self.node_labels = {"kubernetes.io/hostname": self.node, **(node_labels or {})}
         self.nodes_forbidden = nodes_forbidden
         self.pull_backoff_after = pull_backoff_after
+        #: (method, kind) → (HTTP status, message): what an admission policy or RBAC would refuse
+        self.refuse = dict(refuse or {})
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, ns, name) → object
         self.version = 0
         self.events: list[tuple[int, str, dict[str, Any]]] = []  # pod events (version, type, pod)
@@ -640,6 +642,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             match.group("sub")
         self.cluster.requests.append({"method": method, "kind": kind, "namespace": ns, "name": name, "sub": sub,
                                       "query": query, "body": body, "at": time.monotonic()})
+        refused = self.cluster.refuse.get((method, kind))
+        if refused is not None:
+            self._send(refused[0], _status(refused[0], "Forbidden" if refused[0] == 403 else "Invalid", refused[1]))
+            return
         try:
             self._dispatch(method, kind, ns, name, sub, query, body)
         except (BrokenPipeError, ConnectionResetError):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES
 from k8s_standin import StandIn
 from madengine.results import read_rows
 
@@ -195,7 +195,8 @@ def test_an_image_the_cluster_cannot_pull_is_a_failure_row(standin, k8s_repo, cl
                  context(standin, tmp_path, image_pull_policy="IfNotPresent"))
     assert result.code == 1, result
     reason = rows(k8s_repo)["k8s_ok"]["reason"]
-    assert reason.startswith("pod mad-k8s-ok-") and "image pull failed (ErrImagePull)" in reason, reason
+    assert reason.startswith("pod mad-k8s-ok-") and re.search(r"image pull failed \((ErrImagePull|ImagePullBackOff)\)",
+                                                             reason), reason
     assert "registry.invalid:5000/ci-k8s_ok_base@sha256:" in reason and "k8s.pending_timeout" in reason
     assert_nothing_left(standin)
 
@@ -300,3 +301,30 @@ def test_a_two_node_torchrun_job_is_one_row_equal_to_the_slurm_paths_for_the_sam
     assert (float(row["performance"]), row["metric"]) == (float(slurm["performance"]), slurm["metric"])
     assert {c: row[c] for c in JOB_COLUMNS} == {c: slurm[c] for c in JOB_COLUMNS}
     assert_nothing_left(standin)
+
+
+def test_a_job_the_api_server_refuses_is_a_failure_row_and_the_others_run(standin_factory, k8s_repo, cli, tmp_path):
+    message = 'jobs.batch "x" is forbidden: violates PodSecurity "restricted:latest": runAsNonRoot != true'
+    standin = standin_factory(refuse={("POST", "Job"): (403, message)})
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", context(standin, tmp_path))
+    assert result.code == 1, result
+    reason = rows(k8s_repo)["k8s_ok"]["reason"]
+    assert reason.startswith("not submitted: ") and "answered 403: " + message in reason, reason
+    assert_nothing_left(standin)  # its ConfigMap, created first, is deleted
+
+
+@pytest.mark.parametrize("refuse,words", [
+    ({("GET", "Pod"): (403, 'pods is forbidden: User "tester" cannot list resource "pods"')},
+     "k8s.namespace: namespace default: list pods: the API server answered 403: pods is forbidden"),
+    (None, "cannot reach the API server"),
+])
+def test_a_cluster_that_cannot_be_used_is_bad_input_before_anything_is_sent(standin_factory, k8s_repo, cli, tmp_path,
+                                                                            refuse, words):
+    standin = standin_factory(refuse=refuse or {})
+    ctx = context(standin, tmp_path)
+    if refuse is None:  # nothing listens at that address any more
+        standin.server.shutdown()
+        standin.server.server_close()
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", ctx)
+    assert result.code == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1, result
+    assert not [r for r in standin.requests if r["method"] != "GET"] and not (k8s_repo / "perf.csv").exists()

@@ -27,6 +27,10 @@ class Missing(ServiceError):
     """The API server has no such object (404)."""
 
 
+class Expired(ServiceError):
+    """A watch's resource version is too old (410): list again."""
+
+
 def _message(exc: Any) -> str:
     """The API server's reason: its Status message when there is one, else the HTTP reason."""
     body = getattr(exc, "body", None)
@@ -156,8 +160,15 @@ class KubeApi:
             for event in stream.stream(self.core.list_namespaced_pod, namespace, label_selector=selector,
                                        resource_version=resource_version, timeout_seconds=seconds,
                                        allow_watch_bookmarks=False, deserialize=False):
+                if event.get("type") == "ERROR":  # the client's own handling of it needs deserialize
+                    raise Expired(f"watch pods: {(event.get('object') or {}).get('message', 'expired')}",
+                                  path=self.server)
                 yield str(event.get("type")), event.get("object") or {}
+        except KeyError:  # an ERROR event, as the client reads it without deserializing
+            raise Expired("watch pods: expired", path=self.server) from None
         except ApiException as exc:
+            if exc.status == 410:
+                raise Expired("watch pods: expired", path=self.server) from None
             raise ServiceError(f"watch pods: the API server answered {exc.status}: {_message(exc)}",
                                path=self.server) from None
         except (HTTPError, OSError) as exc:
@@ -177,6 +188,16 @@ class KubeApi:
             return response.data or b""
         finally:
             response.release_conn()
+
+    def check_access(self, namespace: str, selector: str) -> None:
+        """The API server answers and lets this user list pods of ``namespace`` (what every run
+        does first): a ServiceError (exit 2) before anything is built or sent."""
+        try:
+            self.list_pods(namespace, selector)
+        except ServiceError as exc:
+            raise ServiceError(f"namespace {namespace}: {exc.message}", path=self.server, field="k8s.namespace",
+                               hint="check k8s.kubeconfig/context; grant the Role 'madengine k8s rbac' prints") \
+                from None
 
     def gpu_allocatable(self, resource: str, node_selector: Mapping[str, str]) -> int | None:
         """The most GPUs one node (of those the selector picks) can give a pod, or None when the
@@ -198,4 +219,4 @@ class KubeApi:
         return best
 
 
-__all__ = ["KubeApi", "Missing"]
+__all__ = ["Expired", "KubeApi", "Missing"]

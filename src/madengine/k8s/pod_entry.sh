@@ -22,7 +22,7 @@ fi
 [ -z "${MAD_RANK_LOG_DIR:-}" ] || mkdir -p "$MAD_RANK_LOG_DIR" || exit 90
 cd "$work" || exit 90
 echo "=== madengine: pod ${MAD_POD_NAME:-?} on node ${MAD_NODE_NAME:-?}, node rank $node"
-"$@"
+"$@" 2>&1  # one stream: the log keeps the order the model wrote its lines in
 status=$?
 echo "=== madengine: the model step ended with exit code $status"
 if [ -n "${MAD_OUTPUT_CSV:-}" ] && [ -f "$MAD_OUTPUT_CSV" ]; then

@@ -26,7 +26,7 @@ from madengine.execution.runner import check_repeat
 from madengine.k8s.checks import check_plan
 from madengine.k8s.plan import (ImageChoice, catalog_images, check_context_applies, check_pullable, credential_env,
                                 is_local_only, job_inputs, k8s_context, settings_of)
-from madengine.k8s.render import JobPlan, render_job
+from madengine.k8s.render import LABEL_RUN, JobPlan, render_job
 from madengine.k8s.settings import K8sSettings
 from madengine.k8s.yamlio import write_plan
 from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary
@@ -207,6 +207,7 @@ def prepare_run(request: K8sRun, host: Host, run_id: str) -> PreparedRun:
     target = resolve_cluster(settings, host.environ)
     plan = plan_k8s_run(request, host, run_id, namespace=target.namespace)
     api = KubeApi(target)
+    api.check_access(plan.namespace, f"{LABEL_RUN}={run_id}")
     _check_gpus(api, plan)
     return PreparedRun(request, plan, api)
 

@@ -26,7 +26,7 @@ from madengine.catalog import Model
 from madengine.core.errors import MadEngineError, ServiceError, interruption
 from madengine.core.events import MODEL, PHASE, RESULT, Progress, Reporter
 from madengine.core.redact import redact
-from madengine.k8s.client import KubeApi
+from madengine.k8s.client import Expired, KubeApi
 from madengine.k8s.collect import job_records
 from madengine.k8s.pods import JobState, PodState, final_pods, job_state, pod_state
 from madengine.k8s.render import LABEL_RUN, JobPlan
@@ -34,6 +34,8 @@ from madengine.results import PerfRecord, RecordFactory
 
 #: seconds one watch call lasts before the jobs are checked again
 WATCH_SECONDS = 5
+#: failed watches in a row before the run gives up (its jobs are then deleted)
+WATCH_RETRIES = 5
 #: seconds past the model's timeout before madengine stops a job Kubernetes did not stop
 TIMEOUT_GRACE = 60
 #: seconds clean-up after Ctrl-C waits for each job to be gone
@@ -155,31 +157,40 @@ class K8sSession:
 
     def watch(self) -> None:
         """Until every job has ended: follow the run's pods, check the jobs after each event that
-        may end one and at least every :data:`WATCH_SECONDS`."""
-        selector = f"{LABEL_RUN}={self.run_id}"
-        version = ""
+        may end one and at least every :data:`WATCH_SECONDS`. A watch that expired is listed
+        again; an API server that stops answering is tried :data:`WATCH_RETRIES` times."""
+        version, failures = "", 0
         while self.active():
-            if not version:
-                items, version = self.api.list_pods(self.namespace, selector)
-                for obj in items:
-                    self._on_pod(obj)
             try:
-                for kind, obj in self.api.watch_pods(self.namespace, selector, version, WATCH_SECONDS):
-                    if kind == "ERROR":
-                        version = ""  # expired: list again
-                        break
-                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                    run = self._on_pod(obj)
-                    if run is not None and not run.done:
-                        self._check(run)
-                    if not self.active():
-                        return
-            except ServiceError as exc:
-                if "410" not in str(exc):
-                    raise
+                version = self._watch_once(version)
+                for run in self.active():
+                    self._check(run)
+                failures = 0
+            except Expired:
                 version = ""
-            for run in self.active():
+            except ServiceError as exc:
+                failures += 1
+                if failures > WATCH_RETRIES:
+                    raise
+                self.reporter.message(f"madengine: watching the pods failed ({exc}); trying again")
+                version = ""
+                time.sleep(min(failures, 5))
+
+    def _watch_once(self, version: str) -> str:
+        """One watch call (a list first when there is no version to watch from); the version reached."""
+        selector = f"{LABEL_RUN}={self.run_id}"
+        if not version:
+            items, version = self.api.list_pods(self.namespace, selector)
+            for obj in items:
+                self._on_pod(obj)
+        for _, obj in self.api.watch_pods(self.namespace, selector, version, WATCH_SECONDS):
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            run = self._on_pod(obj)
+            if run is not None and not run.done:
                 self._check(run)
+            if not self.active():
+                break
+        return version
 
     def _on_pod(self, obj: dict[str, Any]) -> JobRun | None:
         pod = pod_state(obj)
