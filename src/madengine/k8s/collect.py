@@ -150,7 +150,8 @@ def _tables(factory: RecordFactory, model: Model, plan: JobPlan, logs: Mapping[i
 def job_records(factory: RecordFactory, model: Model, plan: JobPlan, state: JobState, pods: Mapping[int, PodState],
                 logs: Mapping[int, Path], *, folder: Path, timeout: int | None, verdict: str = "",
                 duration: float | None = None) -> list[PerfRecord]:
-    """The rows of one ended job (one, or one per result of a ``multiple_results`` model)."""
+    """The rows of one ended job (one, or one per result of a ``multiple_results`` model);
+    ``duration``: its containers' time (``test_duration``), when known."""
     values = job_columns(plan, pods, logs)
     if duration is not None:
         values["test_duration"] = round(duration, 3)

@@ -9,6 +9,7 @@ its job once it has been blocked for ``k8s.pending_timeout`` seconds.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any, Mapping
 
 from madengine.k8s.render import INDEX_ANNOTATION, LABEL_JOB
@@ -122,6 +123,23 @@ def job_state(obj: Mapping[str, Any] | None) -> JobState:
     return JobState(finished=False)
 
 
+def _instant(text: str) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def containers_time(pods: Mapping[int, PodState]) -> float | None:
+    """Seconds from the first container's start to the last one's end (the API's timestamps, to the
+    second), or None when a pod did not both start and end."""
+    starts = [_instant(p.started_at) for p in pods.values()]
+    ends = [_instant(p.finished_at) for p in pods.values()]
+    if not pods or None in starts or None in ends:
+        return None
+    return max(ends) - min(starts)  # type: ignore[type-var]
+
+
 def final_pods(pods: Mapping[str, PodState]) -> dict[int, PodState]:
     """The pod that speaks for each node rank: the last one made (a retried rank has several),
     a successful one first."""
@@ -131,4 +149,5 @@ def final_pods(pods: Mapping[str, PodState]) -> dict[int, PodState]:
     return best
 
 
-__all__ = ["JobState", "PULL_FAILURES", "PodState", "START_FAILURES", "final_pods", "job_state", "pod_state"]
+__all__ = ["JobState", "PULL_FAILURES", "PodState", "START_FAILURES", "containers_time", "final_pods", "job_state",
+           "pod_state"]

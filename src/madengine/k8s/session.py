@@ -28,7 +28,7 @@ from madengine.core.events import MODEL, PHASE, RESULT, Progress, Reporter
 from madengine.core.redact import redact
 from madengine.k8s.client import Expired, KubeApi
 from madengine.k8s.collect import job_records
-from madengine.k8s.pods import JobState, PodState, final_pods, job_state, pod_state
+from madengine.k8s.pods import JobState, PodState, containers_time, final_pods, job_state, pod_state
 from madengine.k8s.render import LABEL_RUN, JobPlan
 from madengine.results import PerfRecord, RecordFactory
 
@@ -269,7 +269,7 @@ class K8sSession:
         pods = final_pods(run.pods)
         logs = self._logs(run, pods)
         return job_records(self.records, run.model, run.plan, state, pods, logs, folder=self.run_dir / run.folder_name,
-                           timeout=run.timeout, verdict=verdict, duration=self.clock() - run.submitted)
+                           timeout=run.timeout, verdict=verdict, duration=containers_time(pods))
 
     def _record(self, run: JobRun, records: list[PerfRecord]) -> None:
         for record in records:
