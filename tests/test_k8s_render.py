@@ -288,3 +288,28 @@ def test_any_valid_entry_and_context_renders_objects_that_validate(name, args, e
 @given(st.text(max_size=40))
 def test_escaped_values_reach_the_container_as_written(text):
     assert expand(escape(text), {"HOME": "/root", "A": "x"}) == text
+
+
+def test_a_pushed_manifest_renders_its_digest_and_a_pull_secret(cli, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "k8s", repo)
+    monkeypatch.chdir(repo)
+    entry = json.loads((repo / "models.json").read_text())[0]
+    digest = "sha256:" + "c" * 64
+    (repo / "m.json").write_text(json.dumps({
+        "format": "madengine-build-manifest", "format_version": 1, "build_id": "b", "tags": ["k8s_ok"], "context": {},
+        "registry": "reg.example:5000/team", "images": [{
+            "model": "k8s_ok", "image": "ci-k8s_ok_base", "image_id": digest, "dockerfile": "docker/base.Dockerfile",
+            "registry_image": f"reg.example:5000/team/ci-k8s_ok_base@{digest}", "model_entry": entry}]}))
+    monkeypatch.setenv("MADENGINE_REGISTRY_USER", "ci")
+    monkeypatch.setenv("MADENGINE_REGISTRY_PASSWORD", "regpw-7f3e")
+    files = render(cli, tmp_path / "out", "--manifest-file", "m.json", "--registry", "mirror.local:5000/x",
+                   "--include-secrets")
+    objects = {o["kind"]: o for o in next(iter(load(files).values()))}
+    pod = objects["Job"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"mirror.local:5000/x/ci-k8s_ok_base@{digest}"
+    assert pod["imagePullSecrets"] == [{"name": objects["Secret"]["metadata"]["name"]}]
+    config = json.loads(base64.b64decode(objects["Secret"]["data"][".dockerconfigjson"]))
+    assert config["auths"]["mirror.local:5000"]["auth"] == base64.b64encode(b"ci:regpw-7f3e").decode()
+    assert objects["Secret"]["type"] == "kubernetes.io/dockerconfigjson"
+    kubernetes_validate(files)

@@ -88,7 +88,8 @@ def run_on_k8s(request: RunRequest, host: Host, reporter: Reporter, selection: S
     try:
         with tracer.span(names.SPAN_RUN, {names.ATTR_RUN_ID: run_id, names.ATTR_EXECUTOR: "k8s"}):
             run_jobs(prepared, host, reporter, summary, lambda row: record(summary, row, reporter, recorder),
-                     build_image=_LocalBuilds(request, host, reporter, selection, run_dir), trace_id=tracer.trace_id)
+                     build_image=None if selection.manifest is not None else
+                     _LocalBuilds(request, host, reporter, selection, run_dir), trace_id=tracer.trace_id)
     finally:
         reporter.progress(Progress(FINISH, total=len(selection.models), seconds=time.monotonic() - started))
         summary.trace = finish_tracer(tracer, options, run_dir, host.environ, reporter.message)
