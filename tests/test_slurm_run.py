@@ -388,6 +388,26 @@ def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_rep
     assert _job_left(slurm_cluster, row) == ""
 
 
+def test_cancelling_a_multi_node_job_leaves_no_rank_and_no_step_behind(slurm_repo, slurm_cluster, cli):
+    """What Ctrl-C of the submitting madengine does (scancel) while a rank hangs on the second node."""
+    pytest.importorskip("torch")
+    mark = new_mark()
+    submitted = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--no-wait",
+                    "-c", _torch_context(mark))
+    assert submitted.code == 0, submitted
+    job_id = re.search(r"submitted Slurm job (\d+)", submitted.stderr).group(1)
+    pattern = "slurm_results/*/tasks/*/node-1/runs/*/*/work/madengine_ranks/node-1/*/attempt_0/0/stdout.log"
+    _wait_for(lambda: any("rank 1 hangs" in log.read_text() for log in slurm_repo.glob(pattern)), timeout=180)
+    slurm_cluster.run("scancel", job_id)
+    _wait_for(lambda: slurm_cluster.run("squeue", "-h", "-j", job_id).stdout.strip() == "", timeout=60)
+    assert_no_marked_process(mark)
+    result = cli("report", "collect", "--job", job_id, "--poll-interval", "0.3")
+    assert result.code == 1, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert row["status"] == "FAILURE" and row["model"] == "sl_torch_hang"
+    assert "interrupted by SIGTERM" in row["reason"] or row["reason"].startswith("cancelled"), row["reason"]
+
+
 def _wait_for(condition, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -99,6 +99,45 @@ def test_multi_node_scripts_keep_model_names_as_data(repo, cli, tmp_path):
     assert not list(work.rglob("pwned")) and not list(repo.rglob("pwned"))
 
 
+def _entry(name: str, **fields) -> dict:
+    model = {"name": name, "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "tags": ["m"], **fields}
+    return {"model": name, "image": f"ci-{name}_x", "image_id": f"sha256:{name:0<64}"[:71],
+            "dockerfile": "docker/x.Dockerfile", "model_entry": model}
+
+
+def test_every_model_of_a_manifest_is_submitted_not_just_the_first(repo, cli):
+    distributed = {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 4, "master_port": 29555}
+    manifest = {"format": "madengine-build-manifest", "format_version": 1, "tags": ["m"], "failed": [],
+                "images": [_entry("a_dist", distributed=distributed), _entry("b_single"),
+                           _entry("c_dist", distributed={"launcher": "deepspeed", "nnodes": 3})]}
+    (repo / "manifest.json").write_text(json.dumps(manifest))
+    result = cli("run", "--manifest-file", "manifest.json", "--executor", "slurm", "--dry-run")
+    assert result.code == 0, result
+    scripts = _scripts(result.stdout + result.stderr)
+    assert sorted(scripts) == ["000-a_dist.node.sh", "000-a_dist.sbatch", "002-c_dist.node.sh", "002-c_dist.sbatch",
+                               "array.sbatch"]
+    assert "--array=0-0" in scripts["array.sbatch"] and "b_single" in scripts["array.sbatch"]
+    a, c = scripts["000-a_dist.sbatch"], scripts["002-c_dist.sbatch"]
+    assert "#SBATCH --nodes=2\n" in a and "#SBATCH --nodes=3\n" in c
+    assert "export MASTER_PORT=29555" in a and "export MASTER_PORT=29500" in c  # the model's port, else Slurm's
+    assert "export MAD_NODE_HOSTS=$NODE_HOSTS" in a and "--kill-on-bad-exit=1" in a
+    node = scripts["000-a_dist.node.sh"]
+    assert '--runs-dir "$NODE_DIR/runs" --output "$NODE_DIR/perf.csv"' in node and "--manifest-file" in node
+    for text in scripts.values():
+        assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_nodes_flag_becomes_the_jobs_nnodes_on_every_node(repo, cli):
+    models = [{"name": "d", "dockerfile": "docker/x", "scripts": "scripts/s/run.sh", "tags": ["d"],
+               "distributed": {"launcher": "torchrun", "nnodes": 2}}]
+    (repo / "models.json").write_text(json.dumps(models))
+    result = cli("run", "--tags", "d", "--executor", "slurm", "--dry-run", "--nodes", "4")
+    assert result.code == 0, result
+    scripts = _scripts(result.stdout + result.stderr)
+    assert "#SBATCH --nodes=4\n" in scripts["000-d.sbatch"]
+    assert "--additional-context '{\"distributed\": {\"nnodes\": 4}}'" in scripts["000-d.node.sh"]
+
+
 @pytest.mark.parametrize("context, message", [
     ({"slurm": {"partitions": "x"}}, "unknown Slurm setting"),
     ({"slurm": {"time": "soon"}}, "is not a Slurm time limit"),

@@ -18,20 +18,28 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, REPO, require_service
 from job_helpers import assert_no_marked_process, marked_context, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")
-IMAGE_PREFIXES = ["ci-tr_"]
+IMAGE_PREFIX = "ci-tr_"
 RANK_WORDS = "rank 1 (node 0, local rank 1)"
 
 
 @pytest.fixture
 def torch_repo(tmp_path, monkeypatch):
+    """The fixture models; under docker they run in the repository's own torch image (docker/pyt,
+    built from the wheels of scripts/pyt-wheels.sh, as the bundled pyt_* models are)."""
     repo = tmp_path / "repo"
     shutil.copytree(FIXTURES / "torchrun", repo)
+    (repo / "docker").mkdir()
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
+    models = json.loads((repo / "models.json").read_text())
+    for model in models:
+        model["dockercontext"] = str(REPO / "wheels" / "pyt")
+    (repo / "models.json").write_text(json.dumps(models))
     monkeypatch.chdir(repo)
     monkeypatch.delenv("MODEL_DIR", raising=False)
     for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "MAD_MULTI_NODE_RUNNER"):
@@ -39,14 +47,34 @@ def torch_repo(tmp_path, monkeypatch):
     return repo
 
 
+@pytest.fixture(scope="module")
+def pyt_wheels():
+    """The wheels of the torch image's build context (a no-op when they are there)."""
+    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
+                          timeout=900)
+    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
+                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
+
+
+@pytest.fixture(scope="module")
+def torch_images(docker_client, pyt_wheels):
+    """The fixture models' images (one build, the torch image's layers) are removed after the module."""
+    yield
+    from docker.errors import APIError
+
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if tag.startswith(IMAGE_PREFIX):
+                try:
+                    docker_client.images.remove(tag, force=True)
+                except APIError:
+                    pass
+
+
 @pytest.fixture(params=["local", "docker"])
 def executor(request):
     if request.param == "docker":
-        from torch_image import ensure_torch_image
-
-        client = request.getfixturevalue("docker_client")
-        ensure_torch_image(client)
-        request.getfixturevalue("docker_cleanup").extend(IMAGE_PREFIXES)
+        request.getfixturevalue("torch_images")
     return request.param
 
 
