@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, REPO, require_service
 from k8s_standin import StandIn
 from madengine.results import read_rows
 
@@ -261,22 +261,38 @@ def test_dry_run_writes_the_objects_and_submits_nothing(standin, k8s_repo, cli, 
 
 
 # -- a real 2-node torchrun job ---------------------------------------------------------------------
-@pytest.mark.slow
-def test_a_two_node_torchrun_job_is_one_row_equal_to_the_slurm_paths_for_the_same_logs(
-        standin, docker_client, docker_cleanup, tmp_path, monkeypatch, cli):
-    """Two pods (an Indexed Job) meet at pod 0's DNS name through the headless Service and run 4
-    gloo ranks; each pod's log has its node's figure; the row is what the Slurm path's merge
-    (results.aggregate.job_rows of the rows its nodes would write from those logs) records."""
+@pytest.fixture
+def torch_repo(tmp_path, monkeypatch, docker_cleanup):
+    """tests/fixtures/torchrun in the repository's torch image (docker/pyt on the wheels of
+    scripts/pyt-wheels.sh), as tests/test_torchrun_jobs.py runs it."""
     pytest.importorskip("torch")
-    from torch_image import ensure_torch_image
-    from madengine.results.aggregate import JOB_COLUMNS, JobShape, job_rows
-    from madengine.results.parsing import parse_performance
-
-    ensure_torch_image(docker_client)
+    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
+                          timeout=900)
+    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
+                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
     docker_cleanup.append("ci-tr_")
     repo = tmp_path / "repo"
     shutil.copytree(FIXTURES / "torchrun", repo)
+    (repo / "docker").mkdir()
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
+    models = json.loads((repo / "models.json").read_text())
+    for model in models:
+        model["dockercontext"] = str(REPO / "wheels" / "pyt")
+    (repo / "models.json").write_text(json.dumps(models))
     monkeypatch.chdir(repo)
+    return repo
+
+
+@pytest.mark.slow
+def test_a_two_node_torchrun_job_is_one_row_equal_to_the_slurm_paths_for_the_same_logs(standin, torch_repo, tmp_path,
+                                                                                        cli):
+    """Two pods (an Indexed Job) meet at pod 0's DNS name through the headless Service and run 4
+    gloo ranks; each pod's log has its node's figure; the row is what the Slurm path's merge
+    (results.aggregate.job_rows of the rows its nodes would write from those logs) records."""
+    from madengine.results.aggregate import JOB_COLUMNS, JobShape, job_rows
+    from madengine.results.parsing import parse_performance
+
+    repo = torch_repo
     ctx = json.loads(context(standin, tmp_path))
     ctx["distributed"] = {"nnodes": 2}
     result = cli("run", "--tags", "tr_ddp", "--executor", "k8s", "-c", json.dumps(ctx))
