@@ -84,3 +84,43 @@ class SocketProxy:
                 pass
             s.close()
         self._sockets.clear()
+
+
+class ProxyProcess:
+    """A :class:`SocketProxy` in a process of its own, so a test can freeze it (SIGSTOP): the
+    service's socket then accepts connections and takes requests but never answers, as an engine
+    whose process hangs does."""
+
+    def __init__(self, target: str, listen: Path) -> None:
+        import subprocess
+        import sys
+
+        self.path = listen
+        self.proc = subprocess.Popen([sys.executable, __file__, target, str(listen)], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def freeze(self) -> None:
+        import os
+        import signal
+
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        import os
+        import signal
+
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Gone, frozen or not (SIGKILL ends a stopped process too): what it held is never sent on."""
+        self.proc.kill()
+        self.proc.wait()
+        self.path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":  # python socket_proxy.py TARGET_SOCKET LISTEN_SOCKET
+    import sys
+
+    SocketProxy(sys.argv[1], listen=Path(sys.argv[2])).start()
+    print("ready", flush=True)
+    threading.Event().wait()

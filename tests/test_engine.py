@@ -8,15 +8,17 @@ import json
 import socket
 import struct
 import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from conftest import BASE_IMAGE
+from socket_proxy import ProxyProcess
 
 from madengine.core.errors import ServiceError
 from madengine.execution.docker import connect, is_engine_gone
-from madengine.execution.engine import Engine, EngineError, SdkEngine
+from madengine.execution.engine import Engine, EngineError, EngineTimeout, SdkEngine
 
 
 def _frame(stream: int, data: bytes) -> bytes:
@@ -202,3 +204,57 @@ def test_an_error_answer_carries_status_and_message(tmp_path):
         assert conflict.value.status == 409 and conflict.value.message == "conflict: container is not running"
     finally:
         server.close()
+
+
+def _within(seconds: float, call) -> tuple[BaseException | None, float]:
+    """What ``call`` raised and how long it took; fails if it is still running after ``seconds``
+    (in a thread: a call that hangs must not hang the tests too)."""
+    outcome: list = []
+
+    def target() -> None:
+        started = time.monotonic()
+        try:
+            call()
+            outcome.append((None, time.monotonic() - started))
+        except BaseException as exc:  # handed to the test
+            outcome.append((exc, time.monotonic() - started))
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert outcome, f"the call still waits after {seconds} s"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("client", ["stdlib", "sdk"])
+def test_a_frozen_engine_answers_no_call_and_every_call_ends_by_its_deadline(tmp_path, engine, container, client):
+    """The engine's socket still takes connections and requests, but its process is stopped
+    (SIGSTOP of a proxy in front of the real engine): each call ends with EngineTimeout when its
+    timeout has passed, and a container's output stream when its own deadline has."""
+    proxy = ProxyProcess("/var/run/docker.sock", tmp_path / "engine.sock")
+    try:
+        frozen = Engine(str(tmp_path / "engine.sock")) if client == "stdlib" else \
+            SdkEngine(f"unix://{tmp_path / 'engine.sock'}",
+                      environ={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
+        frozen.timeout = 2.0
+        container_id = frozen.create_container(f"madengine-engine-test-{uuid.uuid4().hex[:8]}",
+                                               _body(["sh", "-c", "echo up; sleep 60"]))
+        container.append(container_id)
+        frozen.start(container_id)
+        output = iter(frozen.logs(container_id, until=time.monotonic() + 4))
+        assert next(output) == b"up\n"
+        endless = frozen.logs(container_id)  # no deadline: only a cancel ends it
+        reading = iter(endless)
+        assert next(reading) == b"up\n"
+        proxy.freeze()
+        threading.Timer(1.0, endless.cancel, args=(EngineTimeout("GET /_ping", 30),)).start()
+        error, took = _within(30, lambda: list(reading))
+        assert isinstance(error, EngineTimeout) and "GET /_ping" in str(error) and took < 5, (error, took)
+        for call in (frozen.ping, lambda: frozen.inspect_container(container_id), lambda: frozen.kill(container_id)):
+            error, took = _within(30, call)
+            assert isinstance(error, EngineTimeout) and is_engine_gone(error), error
+            assert 1.5 <= took <= 5, took
+        error, took = _within(30, lambda: list(output))
+        assert isinstance(error, EngineTimeout) and "did not end by its deadline" in str(error), error
+    finally:
+        proxy.stop()

@@ -17,9 +17,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import BASE_IMAGE, require_service, run_process
-from socket_proxy import SocketProxy
+from socket_proxy import ProxyProcess, SocketProxy
+from madengine.core.owner import OWNER_LABEL, Owner, gone, process_owner, this_process
 from madengine.results import read_rows
 
 PREFIX = "ci-fault"  # every image these tests build starts with it
@@ -70,7 +73,11 @@ class Run:
             time.sleep(0.1)
 
     def finish(self, timeout: float = 120) -> int:
-        code = self.proc.wait(timeout=timeout)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # a run that hangs must not outlive the test
+            raise
         self.reader.join(timeout=5)
         return code
 
@@ -145,6 +152,184 @@ def test_engine_gone_mid_run_fails_in_flight_and_remaining_models_and_cleans_up_
     assert not containers_of(fault_docker, run_id)
 
 
+#: the tests whose containers must stay until they have looked at them use models of this session's
+#: own names: another test session's clean-up (of every 'ci-fault' container) never matches them
+OWN = f"own{uuid.uuid4().hex[:6]}"
+SLEEPER, AFTER, FAST = f"{OWN}_sleeper", f"{OWN}_after", f"{OWN}_fast"
+
+
+def own_models(root: Path) -> Path:
+    return make_repo(root, [{"name": SLEEPER, "scripts": "scripts/sleeper.sh"},
+                            {"name": AFTER, "scripts": "scripts/fast.sh"},
+                            {"name": FAST, "scripts": "scripts/fast.sh"}], SCRIPTS)
+
+
+@pytest.fixture
+def own_docker(docker_client, docker_cleanup):
+    docker_cleanup.append(f"ci-{OWN}")
+    return docker_client
+
+
+def _wait_for_row(path: Path, model: str, timeout: float) -> float:
+    """Seconds until ``model``'s row is in the CSV at ``path`` (fails after ``timeout``)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if path.is_file() and model in rows(path.parent, path.name):
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise AssertionError(f"no row of {model} after {timeout} s")
+
+
+@pytest.mark.parametrize("mode,timeout,within,reason", [
+    ("one-shot", 10, 10 + 30, "the model's 10 s timeout passed and the engine did not end its container"),
+    ("exec", 10, 10 + 30, "the model's 10 s timeout passed and the engine did not end its container"),
+    ("one-shot", 0, 15 + 30 + 10, "no answer to GET /_ping within 30 s"),  # no timeout: the heartbeat
+])
+def test_frozen_engine_fails_the_model_within_its_timeout_and_a_bounded_grace(tmp_path, own_docker, mode,
+                                                                               timeout, within, reason):
+    """The engine's process hangs (a proxy in front of the real engine is SIGSTOPped: its socket
+    takes connections and requests but never answers) while the model runs: the model is a FAILURE
+    "docker engine not responding" within --timeout + 30 s (with no timeout: a heartbeat ping every
+    15 s that must be answered in 30 s), the clean-up is bounded and names the container it could
+    not remove, and 'madengine clean' removes it once the engine answers."""
+    repo = own_models(tmp_path / "repo")
+    assert run_process("build", "--tags", SLEEPER, cwd=repo).returncode == 0  # no build through the proxy
+    proxy = ProxyProcess("/var/run/docker.sock", tmp_path / "engine.sock")
+    try:
+        run = Run(repo, "--tags", SLEEPER, AFTER, "--executor", "docker", "--timeout", str(timeout),
+                  *(["--repeat", "2"] if mode == "exec" else []),
+                  env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
+        run.wait_for("] started")
+        proxy.freeze()
+        frozen = time.monotonic()
+        assert _wait_for_row(repo / "perf.csv", SLEEPER, within + 5) <= within, "".join(run.lines)
+        assert run.finish(timeout=60) == 1, "".join(run.lines)
+        assert time.monotonic() - frozen <= within + 30, "".join(run.lines)  # the clean-up is bounded too
+    finally:
+        proxy.stop()
+    got = rows(repo)
+    assert got[SLEEPER]["reason"] == f"docker engine not responding: {reason}" or \
+        got[SLEEPER]["reason"].startswith(f"docker engine not responding: {reason}"), got
+    assert got[AFTER]["reason"].startswith("docker engine not responding") and "not run" in \
+        got[AFTER]["reason"]
+    left = [line for line in run.lines if "did not answer in time to remove" in line]
+    assert len(left) == 1 and f"container_ci-{SLEEPER}" in left[0] and "madengine clean" in left[0], run.lines
+    cleaned = run_process("clean", cwd=repo)
+    assert cleaned.returncode == 0 and f"removed container container_ci-{SLEEPER}" in cleaned.stderr, cleaned.stderr
+    assert not containers_of(own_docker, run.run_id)
+
+
+def test_sigterm_with_a_frozen_engine_ends_the_run_within_a_bounded_clean_up(tmp_path, own_docker):
+    """A CI cancel (SIGTERM) while the engine hangs: the kill gets 10 s, the clean-up 20 s more, and
+    the run ends 143 with its row; it never waits out each call's own timeout."""
+    repo = own_models(tmp_path / "repo")
+    assert run_process("build", "--tags", SLEEPER, cwd=repo).returncode == 0
+    proxy = ProxyProcess("/var/run/docker.sock", tmp_path / "engine.sock")
+    try:
+        run = Run(repo, "--tags", SLEEPER, "--executor", "docker", "--timeout", "0",
+                  env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
+        run.wait_for("] started")
+        proxy.freeze()
+        run.proc.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert run.finish(timeout=90) == 143, "".join(run.lines)
+        assert time.monotonic() - stopped <= 10 + 20 + 15, "".join(run.lines)
+    finally:
+        proxy.stop()
+    assert rows(repo)[SLEEPER]["reason"].startswith("interrupted by SIGTERM")
+    assert any(f"did not answer in time to remove container_ci-{SLEEPER}" in line for line in run.lines)
+    assert run_process("clean", cwd=repo).returncode == 0
+    assert not containers_of(own_docker, run.run_id)
+
+
+# -- SIGKILL of madengine: nothing outlives its run --------------------------------------------------
+
+def _state(client, name: str) -> str:
+    found = client.containers.list(all=True, filters={"name": name})
+    return found[0].status if found else "gone"
+
+
+@pytest.mark.parametrize("mode", ["exec", "one-shot"])
+def test_sigkill_of_madengine_leaves_no_container_running(tmp_path, own_docker, mode):
+    """A real SIGKILL of a real `madengine run` while its model runs. A container whose steps are
+    execs ends at once by itself (its main process reads the input madengine held open); a
+    one-shot container (the model is its main process) is killed by the next run. The next run
+    removes both and says so."""
+    repo = own_models(tmp_path / "repo")
+    run = Run(repo, "--tags", SLEEPER, "--executor", "docker", "--timeout", "0",
+              *(["--repeat", "2"] if mode == "exec" else []))
+    run.wait_for("] started")
+    name = next(c.name for c in containers_of(own_docker, run.run_id))
+    labels = own_docker.containers.get(name).labels
+    assert Owner.parse(labels[OWNER_LABEL]).pid == run.proc.pid and labels["madengine.run"] == run.run_id
+    run.proc.kill()
+    assert run.finish() == -signal.SIGKILL
+    if mode == "exec":
+        deadline = time.monotonic() + 20
+        while _state(own_docker, name) == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _state(own_docker, name) == "exited"
+    else:
+        assert _state(own_docker, name) == "running"  # until the next run
+    after = run_process("run", "--tags", FAST, "--executor", "docker", "--no-html", cwd=repo, timeout=300)
+    assert after.returncode == 0, after.stderr
+    assert f"removed container {name} of run {run.run_id} (its madengine process {run.proc.pid} is gone)" \
+        in after.stderr, after.stderr
+    assert _state(own_docker, name) == "gone"
+
+
+def test_sigkill_of_a_local_run_leaves_processes_that_clean_stops(tmp_path):
+    """A real SIGKILL of `madengine run --executor local`: the step's processes (their own session)
+    survive it, carrying their run id and owner; `madengine clean` stops them and says so."""
+    repo = own_models(tmp_path / "repo")
+    run = Run(repo, "--tags", SLEEPER, "--executor", "local", "--timeout", "0")
+    run.wait_for("started")
+    run.proc.kill()
+    assert run.finish() == -signal.SIGKILL
+    left = processes_of(run.run_id)
+    assert left and all(Owner.parse(p.environ()["MADENGINE_OWNER"]).pid == run.proc.pid for p in left)
+    cleaned = run_process("clean", "--json", cwd=repo)
+    assert cleaned.returncode == 0, cleaned.stderr
+    stopped = [leftover for leftover in json.loads(cleaned.stdout)["leftovers"] if leftover["run_id"] == run.run_id]
+    assert stopped and all(leftover["kind"] == "process" and leftover["removed"] for leftover in stopped)
+    assert f"of run {run.run_id} (its madengine process {run.proc.pid} is gone)" in cleaned.stderr
+    psutil.wait_procs(left, timeout=10)
+    assert not processes_of(run.run_id)
+
+
+@given(st.text() | st.builds(lambda parts: ":".join(parts), st.lists(st.text(max_size=12), min_size=4, max_size=4)))
+def test_an_owner_label_of_any_text_is_read_whole_or_ignored(text):
+    """A label or variable anyone can set: it names an owner exactly, or none (never judged gone)."""
+    owner = Owner.parse(text)
+    assert owner is None or Owner.parse(str(owner)) == owner
+    assert not gone(None, this_process())
+
+
+def test_clean_removes_only_containers_whose_owner_is_gone_on_this_host(tmp_path, own_docker):
+    """Containers of a gone owner go; those of a live owner, of another host (another boot), of a
+    pid reused by another process, and those without an owner label, stay."""
+    ended = subprocess.Popen(["sleep", "0.3"])
+    ended_owner = process_owner(ended.pid)
+    ended.wait()
+    me = this_process()
+    reused = Owner(me.pid, me.started + 1, me.boot, me.pidns)  # this pid, but a process started later
+    assert gone(ended_owner, me) and gone(reused, me) and not gone(me, me)
+    other_host = Owner(ended_owner.pid, ended_owner.started, "another-boot", me.pidns)
+    tag = uuid.uuid4().hex[:6]
+    owners = {"gone": str(ended_owner), "reused": str(reused), "alive": str(me), "other-host": str(other_host),
+              "unlabelled": None}
+    for what, owner in owners.items():
+        own_docker.containers.create(BASE_IMAGE, ["sleep", "infinity"], name=f"container_ci-{OWN}-{what}-{tag}",
+                                       labels={"madengine.run": f"test-{tag}", **({OWNER_LABEL: owner} if owner else {})})
+    cleaned = run_process("clean", cwd=tmp_path)
+    assert cleaned.returncode == 0, cleaned.stderr
+    left = {c.name for c in own_docker.containers.list(all=True, filters={"label": f"madengine.run=test-{tag}"})}
+    assert left == {f"container_ci-{OWN}-{what}-{tag}" for what in ("alive", "other-host", "unlabelled")}
+    for what in ("gone", "reused"):
+        assert f"removed container container_ci-{OWN}-{what}-{tag} of run test-{tag}" in cleaned.stderr
+    assert "container(s) removed" in cleaned.stderr.strip().splitlines()[-1]  # with any other ended run's
+
+
 # -- a child keeps the output open after the model's main process ended ---------------------------
 
 @pytest.mark.parametrize("executor", ["local", "docker"])
@@ -184,6 +369,18 @@ def test_invalid_docker_option_values_are_a_failure_row_naming_the_option(tmp_pa
     got = rows(repo)
     for i, option in enumerate(("--cpus", "--pids-limit", "--ulimit")):
         assert got[f"fault_opt{i}"]["status"] == "FAILURE" and option in got[f"fault_opt{i}"]["reason"]
+
+
+def test_a_container_that_cannot_start_is_removed(tmp_path, fault_docker):
+    """The engine creates the container, then refuses to start it (a device that does not exist):
+    the row says why and the created container does not stay behind."""
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_nodevice", "scripts": "scripts/fast.sh",
+                                          "additional_docker_run_options": "--device /dev/madengine-no-such-device"}],
+                     SCRIPTS)
+    done = run_process("run", "--tags", "faults", "--executor", "docker", "--no-html", "--json", cwd=repo, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert rows(repo)["fault_nodevice"]["reason"].startswith("container could not start: ")
+    assert not containers_of(fault_docker, json.loads(done.stdout)["run_id"])
 
 
 # -- disks: full, read-only -----------------------------------------------------------------------
@@ -240,11 +437,69 @@ def test_disk_filling_mid_run_never_tears_a_row_and_keeps_it_for_update_perf(tmp
     assert text.endswith("\n") and len(read_rows(perf)) == 1  # the first row, whole; nothing torn
     kept = sorted((repo / "madengine_runs").glob("*/unrecorded/*.json"))
     assert len(kept) == 1 and "update-perf --single-result" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]  # the summary says where each row is
+    assert "rows in" not in last and f"1 row in {perf}, 1 row NOT in it: kept in {kept[0].relative_to(repo)}" in last
     (tmpfs / "fill").unlink()
     added = run_process("report", "update-perf", "--single-result", str(kept[0]), "--perf-csv", str(perf), cwd=repo)
     assert added.returncode == 0, added.stderr
     assert [r["model"] for r in read_rows(perf)] == ["fault_fast", "fault_filler"]
     assert read_rows(perf)[1]["performance"] == "5"
+
+
+FAULTS = {  # what the second model's script does to perf.csv, and how the test undoes it
+    "immutable": ('chattr +i "$PERF_CSV"', ["chattr", "-i", "{perf}"]),
+    "read-only mount": ('mount --bind "$PERF_DIR" "$PERF_DIR" && mount -o remount,bind,ro "$PERF_DIR"',
+                        ["umount", "{dir}"]),
+    "replaced by a folder": ('mv "$PERF_CSV" "$PERF_CSV.moved" && mkdir "$PERF_CSV"',
+                             ["sh", "-c", 'rmdir "{perf}" && mv "{perf}.moved" "{perf}"']),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_perf_csv_that_fails_mid_run_loses_no_row(tmp_path, fault):
+    """perf.csv turns unwritable while models run (a real immutable file, a real read-only bind
+    mount, a folder in its place): the rows it does not take are kept in the run's
+    unrecorded/rows.json, the summary says which rows are where and the command that adds them, the
+    run exits 1, and that command adds them once perf.csv is writable again."""
+    require_service("chattr and mount (root)", os.geteuid() == 0, "run as root, as CI does")
+    out = tmp_path / "out"
+    out.mkdir()
+    perf = out / "perf.csv"
+    action, undo = FAULTS[fault]
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_fast", "scripts": "scripts/fast.sh"},
+                                         {"name": "fault_breaker", "scripts": "scripts/breaker.sh"},
+                                         {"name": "fault_after", "scripts": "scripts/fast.sh"}],
+                     {**SCRIPTS, "breaker.sh": f"{action} || exit 9\necho 'performance: 5 x'\n"})
+    context = {"docker_env_vars": {"PERF_CSV": str(perf), "PERF_DIR": str(out)}}
+    try:
+        done = run_process("run", "--tags", "faults", "--executor", "local", "-o", str(perf), "--no-html",
+                           "--additional-context", json.dumps(context), cwd=repo, timeout=120)
+    finally:
+        subprocess.run([part.format(perf=perf, dir=out) for part in undo], capture_output=True)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert [r["model"] for r in read_rows(perf)] == ["fault_fast"]
+    kept = sorted((repo / "madengine_runs").glob("*/unrecorded/rows.json"))
+    assert len(kept) == 1 and [r["model"] for r in json.loads(kept[0].read_text())] == ["fault_breaker", "fault_after"]
+    last = done.stderr.strip().splitlines()[-1]
+    command = f"madengine report update-perf --single-result {kept[0].relative_to(repo)} --perf-csv {perf}"
+    assert f"3 succeeded, 0 failed, 0 skipped; 1 row in {perf}, 2 rows NOT in it: kept in " in last, last
+    assert f"add them with '{command}'" in last, last
+    added = run_process(*command.split()[1:], cwd=repo)
+    assert added.returncode == 0, added.stderr
+    assert [(r["model"], r["status"]) for r in read_rows(perf)] == \
+        [("fault_fast", "SUCCESS"), ("fault_breaker", "SUCCESS"), ("fault_after", "SUCCESS")]
+
+
+def test_a_failure_before_the_model_starts_points_at_no_missing_log(tmp_path):
+    """A model that fails before any step ran (its script is missing) has no run.log: neither its
+    row nor the summary names one."""
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_noscript", "scripts": "scripts/missing.sh"}], SCRIPTS)
+    done = run_process("run", "--tags", "faults", "--executor", "local", "--no-html", cwd=repo, timeout=120)
+    assert done.returncode == 1 and "missing.sh not found" in done.stderr, done.stderr
+    assert "run.log" not in done.stderr
+    row = rows(repo)["fault_noscript"]
+    assert all(Path(repo, path).exists() for path in row["artifacts"].split(",") if path), row["artifacts"]
 
 
 # -- docker_mounts ----------------------------------------------------------------------------------

@@ -22,11 +22,13 @@ from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, inter
 from madengine.core.redact import redact
 from madengine.core.values import PART_LIMIT
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "k8s", "completion")
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "clean", "k8s",
+            "completion")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded
-  1    a model, build, task or check failed (its FAILURE row says why)
+  1    a model, build, task or check failed (its FAILURE row says why), or a row could not be
+       written to perf.csv (the last line says where it is kept and how to add it)
   2    bad input: usage, a malformed file, an unknown tag, a bad context, bad credentials,
        a service that cannot be reached
   3    internal error in madengine (rerun with --debug for the traceback)

@@ -15,7 +15,7 @@ class ExitStatus(enum.IntEnum):
     """Process exit statuses of every ``madengine`` command (documented in ``--help``)."""
 
     OK = 0  #: everything selected ran (or was skipped on purpose) and succeeded
-    FAILED = 1  #: at least one model, build, task or check failed; results were recorded
+    FAILED = 1  #: at least one model, build, task or check failed, or a row is kept outside perf.csv
     BAD_INPUT = 2  #: bad usage or input: flags, files, JSON, tags, context, credentials, services
     INTERNAL = 3  #: a bug in madengine (unexpected exception); run with --debug for the traceback
     HANGUP = 129  #: stopped by SIGHUP; as INTERRUPTED
@@ -130,6 +130,14 @@ class EngineUnavailable(ExecutionError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(f"docker engine unavailable: {detail}")
+        self.detail = detail
+
+
+class EngineNotResponding(EngineUnavailable):
+    """The Docker engine takes calls but does not answer them in time (its process hangs)."""
+
+    def __init__(self, detail: str) -> None:
+        ExecutionError.__init__(self, f"docker engine not responding: {detail}")
         self.detail = detail
 
 

@@ -58,6 +58,8 @@ class RunSpec:
     #: the run is exactly one execution of one step (no pre/post-scripts, no repeats): an executor
     #: may run it as the container's own process instead of a step inside a waiting container
     one_shot: bool = False
+    #: ``--keep-alive``: the container (or work folder) is kept after the run on purpose
+    keep_alive: bool = False
     #: texts written into the work folder before the steps run, by path relative to it (the
     #: DeepSpeed hostfile of a distributed job)
     files: dict[str, str] = dataclasses.field(default_factory=dict)

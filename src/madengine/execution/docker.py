@@ -1,14 +1,26 @@
 """The docker executor: runs each model's steps in a container, through the Engine API
 (:mod:`madengine.execution.engine`).
 
-The container's main process idles (``sleep infinity`` under the engine's init) and every step
-is an ``exec`` in it, so pre-scripts, the model script and post-scripts (and every repeat) share
-one container while each gets its own exit code, output and (for the model) timeout. A run that is
+The container's main process idles (``cat`` of the container's input, under the engine's init)
+and every step is an ``exec`` in it, so pre-scripts, the model script and post-scripts (and every
+repeat) share one container while each gets its own exit code, output and (for the model) timeout. A run that is
 one step run once (no pre/post-scripts, no repeats) is a *one-shot* container instead: the step is
 the container's own process, as ``docker run`` does, which saves the exec and its bookkeeping; its
 duration is the engine's (StartedAt → FinishedAt), so container start-up never counts as the
 model's time. A step that times out or is interrupted kills the container; the container is
 removed at the end unless ``--keep-alive``.
+
+Nothing outlives its run: the idle main process reads the container's input, which this process
+holds open (an attached connection), so however this process ends, SIGKILL included, the input
+ends and the container stops. Every container carries the run id and its owner
+(:mod:`madengine.core.owner`), so the next run or ``madengine clean`` removes what a run whose
+madengine process is gone left (:mod:`madengine.execution.leftovers`). ``--keep-alive``
+containers are kept on purpose: they idle on ``sleep infinity`` and carry no owner.
+
+The engine can hang (its process stopped, not dead): every call has a deadline
+(:data:`~madengine.execution.engine.CALL_TIMEOUT`), a step's output must end within
+:data:`ANSWER_GRACE` of its timeout, and the clean-up after a lost engine is bounded
+(:data:`ENGINE_RETURN_WAIT`); the model then fails "docker engine not responding".
 Images come from the :class:`~madengine.execution.executor.ImageSource` the executor is given.
 """
 
@@ -23,35 +35,42 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from madengine.core.errors import EngineUnavailable, ExecutionError, ServiceError
+from madengine.core.errors import EngineNotResponding, EngineUnavailable, ExecutionError, ServiceError
+from madengine.core.owner import OWNER_LABEL, RUN_LABEL, this_process
 from madengine.core.redact import redact
 from madengine.core.spec import CONTAINER_WORKSPACE, RunSpec, Step
 from madengine.execution.build import last_line
 from madengine.execution.dockeropts import device_mapping, engine_fields, parse_run_options
-from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError
+from madengine.execution.engine import CALL_TIMEOUT, Engine, EngineError, EngineTimeout, Stream
 from madengine.execution.executor import ImageInfo, ImageSource, Target
 from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
 from madengine.execution.provenance import Probe, ProbeCache, probe_docker
 from madengine.execution.streams import LineSink, StepResult, deadline
 
-RUN_LABEL = "madengine.run"
 #: how long a run that lost the engine waits for it to answer again, to remove its containers
 ENGINE_RETURN_WAIT = 20.0
+#: how long after a step's timeout the engine has to end it (kill the container, close its output)
+#: before the model fails as "docker engine not responding"
+ANSWER_GRACE = 15.0
+#: each call of a kill, and of the clean-up after the engine was lost
+KILL_TIMEOUT = 10.0
+CLEANUP_CALL = 5.0
+#: how often the engine is pinged while a step's output streams: an engine that does not answer a
+#: ping in time (CALL_TIMEOUT) is not responding, whatever the step's timeout (none included)
+HEARTBEAT = 15.0
 
 
-def connect(environ: Mapping[str, str], *, timeout: float = 5.0,
+def connect(environ: Mapping[str, str], *, timeout: float = 10.0,
             hint: str = "start dockerd (scripts/docker-up.sh) or use --executor local") -> Engine:
-    """The engine ``DOCKER_HOST`` (in the command's ``environ``) names, once it answered a ping;
-    else :class:`ServiceError` saying what to do (``hint``)."""
+    """The engine ``DOCKER_HOST`` (in the command's ``environ``) names, once it answered a ping
+    within ``timeout`` seconds; else :class:`ServiceError` saying what to do (``hint``)."""
     try:
         engine = Engine.from_env(environ)
-        engine.timeout = timeout
-        engine.ping()
+        engine.bounded(timeout).ping()
     except ImportError:
         raise ServiceError("the 'docker' Python package is not installed", hint="pip install docker") from None
     except Exception as exc:
         raise ServiceError(f"no Docker engine answers ({type(exc).__name__})", hint=hint) from None
-    engine.timeout = max(timeout, CALL_TIMEOUT)
     return engine
 
 
@@ -69,6 +88,8 @@ class DockerExecutor:
         self._ranks: dict[str, tuple[int, ...]] = {}
         self._removals: list[threading.Thread] = []
         self._unremoved: list[_Container] = []
+        #: the engine stopped answering during this run: clean-up does not wait on it call by call
+        self._lost = False
 
     # -- images ------------------------------------------------------------------------------
     def targets(self, model: Any) -> list[Target]:
@@ -81,8 +102,8 @@ class DockerExecutor:
         return CONTAINER_WORKSPACE
 
     def probe(self, spec: RunSpec) -> Probe:
-        with engine_calls():
-            return probe_docker(self._engine(), spec, self._create_args(spec), self.probes, {RUN_LABEL: spec.run_id})
+        with self._calls():
+            return probe_docker(self._engine(), spec, self._create_args(spec), self.probes, _labels(spec.run_id))
 
     # -- containers ---------------------------------------------------------------------------
     def _create_args(self, spec: RunSpec) -> dict[str, Any]:
@@ -95,6 +116,8 @@ class DockerExecutor:
             config["Env"] = config["Env"] + [f"{key}={value}" for key, value in step.env.items()] + \
                 [f"{COOKIE_VAR}={self._cookies.setdefault(spec.key, new_cookie())}"]
             config["HostConfig"]["LogConfig"] = {"Type": "json-file", "Config": {}}  # readable whatever the default
+        elif _watched(spec):  # idles until its input ends: when this process closes it, or ends
+            config.update(Cmd=["cat"], OpenStdin=True, StdinOnce=True, AttachStdin=True)
         return config
 
     def _container_args(self, spec: RunSpec) -> dict[str, Any]:
@@ -110,7 +133,8 @@ class DockerExecutor:
         config: dict[str, Any] = {
             "Image": spec.image, "Cmd": ["sleep", "infinity"], "WorkingDir": CONTAINER_WORKSPACE,
             "Env": [f"{key}={value}" for key, value in environment.items()],
-            "User": f"{os.getuid()}:{os.getgid()}", "Labels": {RUN_LABEL: spec.run_id}, "HostConfig": host_config,
+            "User": f"{os.getuid()}:{os.getgid()}", "Labels": _labels(spec.run_id, owned=not spec.keep_alive),
+            "HostConfig": host_config,
         }
         vendor = spec.env.get("MAD_GPU_VENDOR")
         gpus = extra.pop("gpus", None)
@@ -141,12 +165,23 @@ class DockerExecutor:
         return config
 
     def start(self, spec: RunSpec) -> None:
+        """Create and start the run's container; one that was created but could not start is
+        removed again (the runner stops only what started)."""
+        try:
+            self._start(spec)
+        except BaseException:
+            self.stop(spec, keep_alive=False)
+            raise
+
+    def _start(self, spec: RunSpec) -> None:
         engine = self._engine()
         name = container_name(spec)
         try:
-            with engine_calls():
+            with self._calls():
                 container = _Container(engine.create_container(name, self._create_args(spec)), name)
                 self._containers[spec.key] = container
+                if _watched(spec):
+                    container.watch = engine.attach_stdin(container.id)
                 engine.start(container.id)
         except EngineError as exc:
             if exc.not_found and "image" in exc.message.lower():
@@ -164,11 +199,13 @@ class DockerExecutor:
         container = self._containers[spec.key]
         started = time.monotonic()
         try:
-            with deadline(timeout, lambda: self._end_job(spec)) as timed_out, engine_calls():
+            with deadline(timeout, lambda: self._end_job(spec)) as timed_out, self._calls(timeout):
                 # the log follows from the container's start to its exit (attaching could miss output
                 # written before it, and waits forever on a container that already ended)
-                for chunk in engine.logs(container.id):
-                    sink.feed(chunk)
+                stream = engine.logs(container.id, _answer_by(started, timeout))
+                with self._heartbeat(stream):
+                    for chunk in stream:
+                        sink.feed(chunk)
                 info = _ended(engine, container.id)
         except KeyboardInterrupt as exc:
             self._end_job(spec)
@@ -191,13 +228,13 @@ class DockerExecutor:
         started = time.monotonic()
         cookie = self._cookies[spec.key] = new_cookie()
         try:
-            with engine_calls():
+            with self._calls():
                 exec_id = engine.exec_create(container.id, step.argv, workdir=workdir,
                                              environment={**step.env, COOKIE_VAR: cookie})
-                stream = engine.exec_start(exec_id)
+                stream = engine.exec_start(exec_id, _answer_by(started, timeout))
         except EngineError as exc:
             return StepResult(None, 0.0, error=f"cannot start step: {last_line(redact(exc.message))}")
-        with deadline(timeout, lambda: self._end_job(spec)) as timed_out:
+        with deadline(timeout, lambda: self._end_job(spec)) as timed_out, self._heartbeat(stream):
             try:
                 for chunk in stream:
                     sink.feed(chunk)
@@ -207,15 +244,15 @@ class DockerExecutor:
                 return StepResult(None, time.monotonic() - started, sink.text(), interrupted=exc,
                                   ranks_running=self._ranks.pop(spec.key, ()))
             except Exception as exc:  # the stream breaks when the container is killed, or the engine goes
-                if not timed_out.is_set():
+                if isinstance(exc, TimeoutError) or not timed_out.is_set():
                     if is_engine_gone(exc):
-                        raise EngineUnavailable(describe(exc)) from None
+                        raise self._lose(exc, timeout) from None
                     raise
         sink.close()
         duration = time.monotonic() - started
         if timed_out.is_set():
             return StepResult(None, duration, sink.text(), timed_out=True, ranks_running=self._ranks.pop(spec.key, ()))
-        with engine_calls():
+        with self._calls():
             info = self._finished(exec_id)
             code = info.get("ExitCode") if info else None
             cause = self._oom(container) if code == 137 else ""
@@ -237,7 +274,7 @@ class DockerExecutor:
         engine = self._engine()
         try:
             probe = engine.exec_create(container.id, ["cat", *_OOM_COUNTERS])
-            text = b"".join(engine.exec_start(probe)).decode("utf-8", "replace")
+            text = b"".join(engine.exec_start(probe, time.monotonic() + CALL_TIMEOUT)).decode("utf-8", "replace")
             limit = _memory_limit(engine.inspect_container(container.id))
         except EngineError:
             return ""
@@ -258,10 +295,56 @@ class DockerExecutor:
         self._kill(spec)
 
     def _kill(self, spec: RunSpec) -> None:
+        """Kill the run's container (a timeout, Ctrl-C); an engine that does not take the kill is
+        lost: the clean-up after it does not wait on it call by call."""
         container = self._containers.get(spec.key)
         if container is not None:
-            engine = self._engine()
-            _best_effort(lambda: engine.kill(container.id))
+            engine = self._engine().bounded(KILL_TIMEOUT)
+            try:
+                _ignore_gone(lambda: engine.kill(container.id))
+            except Exception as exc:
+                if not is_engine_gone(exc):
+                    raise
+                self._lost = True
+
+    @contextlib.contextmanager
+    def _heartbeat(self, stream: Stream) -> Iterator[None]:
+        """While a step's output streams, ping the engine every :data:`HEARTBEAT` seconds; a ping it
+        does not answer in time cancels the stream with that timeout (the model is then a FAILURE
+        "docker engine not responding")."""
+        done = threading.Event()
+        engine = self._engine()
+
+        def beat() -> None:
+            while not done.wait(HEARTBEAT):
+                try:
+                    engine.ping()
+                except Exception as exc:
+                    if is_timeout(exc):
+                        stream.cancel(exc)
+                        return
+
+        threading.Thread(target=beat, name="engine-heartbeat", daemon=True).start()
+        try:
+            yield
+        finally:
+            done.set()
+
+    @contextlib.contextmanager
+    def _calls(self, step_timeout: int | None = None) -> Iterator[None]:
+        """Engine calls whose failure to reach the engine means it went away (or hangs) during the
+        run: :class:`EngineUnavailable` / :class:`EngineNotResponding`, and the clean-up after them
+        does not wait on the engine call by call."""
+        try:
+            yield
+        except Exception as exc:
+            if not is_engine_gone(exc):
+                raise
+            raise self._lose(exc, step_timeout) from None
+
+    def _lose(self, exc: BaseException, step_timeout: int | None) -> EngineUnavailable:
+        self._lost = True
+        return unavailable(exc, step_timeout)
 
     def stop(self, spec: RunSpec, keep_alive: bool) -> None:
         """Remove the container in the background (the engine takes a while to tear it down, and
@@ -277,11 +360,17 @@ class DockerExecutor:
     def _remove(self, container: "_Container") -> None:
         engine = self._engine()
         try:
+            if self._lost:
+                self._unremoved.append(container)  # close() removes it once the engine answers again
+                return
             _ignore_gone(lambda: engine.remove(container.id))
         except Exception as exc:
             if not is_engine_gone(exc):
                 raise
+            self._lost = True
             self._unremoved.append(container)
+        finally:
+            container.unwatch()
 
     def close(self, engine_wait: float = ENGINE_RETURN_WAIT) -> list[str]:
         """Wait for every removal; containers the engine could not remove because it was gone are
@@ -290,7 +379,7 @@ class DockerExecutor:
         while self._removals:
             self._removals.pop().join()
         deadline = time.monotonic() + engine_wait
-        engine = self._engine() if self._unremoved else None
+        engine = self._engine().bounded(CLEANUP_CALL) if self._unremoved else None
         while self._unremoved and time.monotonic() < deadline:
             try:
                 engine.ping()
@@ -306,7 +395,7 @@ class DockerExecutor:
         return [container.name for container in self._unremoved]
 
     def abort(self, run_id: str) -> None:
-        engine = self._engine()
+        engine = self._engine().bounded(KILL_TIMEOUT)
 
         def kill_all() -> None:
             for container in engine.container_ids(f"{RUN_LABEL}={run_id}"):
@@ -346,13 +435,42 @@ def job_host_config(nproc_per_node: int, nnodes: int) -> dict[str, Any]:
 
 
 class _Container:
-    """A container this executor created: the engine's id and the name it was given."""
+    """A container this executor created: the engine's id, the name it was given, and the
+    connection to its input that keeps it alive (None for a one-shot or kept container)."""
 
-    __slots__ = ("id", "name")
+    __slots__ = ("id", "name", "watch")
 
     def __init__(self, container_id: str, name: str) -> None:
         self.id = container_id
         self.name = name
+        self.watch: Any = None
+
+    def unwatch(self) -> None:
+        if self.watch is not None:
+            with contextlib.suppress(Exception):
+                self.watch.close()
+            self.watch = None
+
+
+def _watched(spec: RunSpec) -> bool:
+    """Whether the container's main process idles until this process is gone: all but a one-shot
+    container (the model is its main process) and those ``--keep-alive`` keeps."""
+    return not spec.one_shot and not spec.keep_alive
+
+
+def _labels(run_id: str, owned: bool = True) -> dict[str, str]:
+    """A container's labels: the run id, and (unless kept on purpose) the owner, by which a later
+    run removes it once the owner is gone."""
+    labels = {RUN_LABEL: run_id}
+    owner = this_process()
+    if owner is not None and owned:
+        labels[OWNER_LABEL] = str(owner)
+    return labels
+
+
+def _answer_by(started: float, timeout: int | None) -> float | None:
+    """When a step's output must have ended: its timeout, plus the engine's time to end it."""
+    return started + timeout + ANSWER_GRACE if timeout else None
 
 
 def _ended(engine: Engine, container: str) -> dict[str, Any]:
@@ -442,15 +560,22 @@ def describe(exc: BaseException) -> str:
     return last_line(redact(f"{type(exc).__name__}: {exc}"))
 
 
-@contextlib.contextmanager
-def engine_calls() -> Iterator[None]:
-    """Engine calls whose failure to connect means the engine went away during the run."""
-    try:
-        yield
-    except Exception as exc:
-        if is_engine_gone(exc):
-            raise EngineUnavailable(describe(exc)) from None
-        raise
+def is_timeout(exc: BaseException) -> bool:
+    """An engine that took the call but did not answer in time (this client's or the SDK's)."""
+    if isinstance(exc, TimeoutError):
+        return True
+    requests_errors = sys.modules.get("requests.exceptions")
+    return requests_errors is not None and isinstance(exc, requests_errors.Timeout)
+
+
+def unavailable(exc: BaseException, step_timeout: int | None = None) -> EngineUnavailable:
+    """The error of a run that lost its engine: gone (refused, cut) or not responding (hangs)."""
+    if not is_timeout(exc):
+        return EngineUnavailable(describe(exc))
+    if isinstance(exc, EngineTimeout) and exc.seconds is None and step_timeout:
+        return EngineNotResponding(f"the model's {step_timeout} s timeout passed and the engine did not end its "
+                                   f"container within {ANSWER_GRACE:.0f} s more")
+    return EngineNotResponding(last_line(redact(str(exc))) if isinstance(exc, EngineTimeout) else describe(exc))
 
 
 def _ignore_gone(action: Any) -> None:

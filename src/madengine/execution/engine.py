@@ -9,20 +9,43 @@ pushes, pulls and saves stream tar archives and registry auth; they go through t
 ``DOCKER_HOST`` is ``ssh://`` (the SDK's own transport).
 
 An answer of the engine with an error status is an :class:`EngineError`; a failure to reach the
-engine at all is an :class:`OSError` (refused, reset, closed mid-stream).
+engine at all is an :class:`OSError` (refused, reset, closed mid-stream). Every call has a deadline:
+an engine that accepts the connection but never answers (its process hangs) is an
+:class:`EngineTimeout` once the call's ``timeout`` has passed; a stream (a container's output) may
+be given a deadline of its own (``until``), else it lasts as long as the container writes.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import queue
+import re
 import socket
 import struct
-from typing import Any, Iterator, Mapping
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote, urlencode
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
-CALL_TIMEOUT = 60.0
+#: seconds an engine has to answer one call (a stream: to start answering) before it counts as not responding
+CALL_TIMEOUT = 30.0
+#: the SDK's socket timeout for builds, pushes, pulls and saves (a build step may be silent for a while)
+SDK_TIMEOUT = 60.0
+
+
+class EngineTimeout(TimeoutError):
+    """The engine took the call but did not answer it in time: its process is not responding."""
+
+    def __init__(self, call: str, seconds: float | None = None) -> None:
+        call = re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1", call)  # container and exec ids, short
+        super().__init__(f"no answer to {call} within {seconds:.0f} s" if seconds is not None
+                         else f"the output of {call} did not end by its deadline")
+        self.call = call
+        self.seconds = seconds
 
 
 class EngineError(Exception):
@@ -45,7 +68,7 @@ class Engine:
                  timeout: float = CALL_TIMEOUT) -> None:
         self.address = address
         self.tls = tls
-        self.timeout = timeout
+        self.timeout = timeout  # of each call
         self._environ = dict(environ or {})  # the command's: for the SDK (TLS, ssh) when one is needed
         self._sdk: Any = None
 
@@ -68,10 +91,16 @@ class Engine:
         if self._sdk is None:
             docker = import_docker(self._environ)
             if isinstance(self.address, str):
-                self._sdk = docker.DockerClient(base_url=f"unix://{self.address}", timeout=self.timeout)
+                self._sdk = docker.DockerClient(base_url=f"unix://{self.address}", timeout=SDK_TIMEOUT)
             else:
-                self._sdk = docker.from_env(environment=self._environ, timeout=self.timeout)
+                self._sdk = docker.from_env(environment=self._environ, timeout=SDK_TIMEOUT)
         return self._sdk
+
+    def bounded(self, seconds: float) -> "Engine":
+        """The same engine with calls limited to ``seconds`` (clean-up after a lost engine)."""
+        other = copy.copy(self)
+        other.timeout = min(self.timeout, seconds)
+        return other
 
     # -- engine ----------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -101,13 +130,30 @@ class Engine:
     def start(self, container: str) -> None:
         self._call("POST", f"/containers/{container}/start", raw=True)
 
-    def logs(self, container: str) -> Iterator[bytes]:
-        """The container's output from its start until it exits (stdout and stderr, as written)."""
+    def logs(self, container: str, until: float | None = None) -> "Stream":
+        """The container's output from its start until it exits (stdout and stderr, as written);
+        :class:`EngineTimeout` if it has not ended by ``until`` (``time.monotonic()``; None: never)."""
         query = {"follow": "1", "stdout": "1", "stderr": "1"}
-        return _frames(self._stream("GET", f"/containers/{container}/logs", query=query))
+        return self._stream("GET", f"/containers/{container}/logs", query=query, until=until)
+
+    def attach_stdin(self, container: str) -> Any:
+        """A connection to the container's standard input, held open until it is closed (or this
+        process ends, however it ends): a container created with ``OpenStdin`` and ``StdinOnce``
+        then sees its input end."""
+        path = f"/containers/{container}/attach"
+        connection = self._send("POST", path, {"stream": "1", "stdin": "1"}, None, self.timeout, upgrade=True)
+        try:
+            response = _Response(connection, f"POST {path}", self.timeout)
+        except TimeoutError:
+            raise EngineTimeout(f"POST {path}", self.timeout) from None
+        if response.status >= 400:
+            raise EngineError(response.status, _message(response.read_all()))
+        connection.settimeout(None)
+        return response
 
     def wait(self, container: str) -> dict[str, Any]:
-        return self._call("POST", f"/containers/{container}/wait", timeout=None)
+        """The exit of a container that is ending (within the call's timeout)."""
+        return self._call("POST", f"/containers/{container}/wait")
 
     def inspect_container(self, container: str) -> dict[str, Any]:
         return self._call("GET", f"/containers/{container}/json")
@@ -119,8 +165,12 @@ class Engine:
         self._call("DELETE", f"/containers/{container}", query={"force": "1", "v": "1"}, raw=True)
 
     def container_ids(self, label: str) -> list[str]:
-        found = self._call("GET", "/containers/json", query={"all": "1", "filters": json.dumps({"label": [label]})})
-        return [container["Id"] for container in found]
+        return [container["Id"] for container in self.containers(label)]
+
+    def containers(self, label: str) -> list[dict[str, Any]]:
+        """The engine's summaries (Id, Names, Labels, State, ...) of every container carrying ``label``
+        (``key`` or ``key=value``), running or not."""
+        return self._call("GET", "/containers/json", query={"all": "1", "filters": json.dumps({"label": [label]})})
 
     # -- exec ------------------------------------------------------------------------------------
     def exec_create(self, container: str, argv: list[str], *, workdir: str = "",
@@ -132,34 +182,45 @@ class Engine:
             body["Env"] = [f"{key}={value}" for key, value in environment.items()]
         return self._call("POST", f"/containers/{container}/exec", body=body)["Id"]
 
-    def exec_start(self, exec_id: str) -> Iterator[bytes]:
-        """The exec's output until its process ends (stdout and stderr, as written)."""
-        return _frames(self._stream("POST", f"/exec/{exec_id}/start", body={"Detach": False, "Tty": False}))
+    def exec_start(self, exec_id: str, until: float | None = None) -> "Stream":
+        """The exec's output until its process ends (stdout and stderr, as written);
+        :class:`EngineTimeout` if it has not ended by ``until`` (``time.monotonic()``; None: never)."""
+        return self._stream("POST", f"/exec/{exec_id}/start", body={"Detach": False, "Tty": False}, until=until)
 
     def exec_inspect(self, exec_id: str) -> dict[str, Any]:
         return self._call("GET", f"/exec/{exec_id}/json")
 
     # -- HTTP ------------------------------------------------------------------------------------
     def _call(self, method: str, path: str, *, query: Mapping[str, str] | None = None, body: Any = None,
-              raw: bool = False, timeout: float | None = CALL_TIMEOUT) -> Any:
-        response = _Response(self._send(method, path, query, body, timeout))
-        data = response.read_all()  # which closes the connection, also when the answer is cut short
+              raw: bool = False) -> Any:
+        seconds = self.timeout
+        call = f"{method} {path}"
+        try:
+            response = _Response(self._send(method, path, query, body, seconds), call, seconds)
+            data = response.read_all()  # which closes the connection, also when the answer is cut short
+        except TimeoutError:
+            raise EngineTimeout(call, seconds) from None
         if response.status >= 400:
             raise EngineError(response.status, _message(data))
         return data if raw else json.loads(data) if data else None
 
     def _stream(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
-                body: Any = None) -> Iterator[bytes]:
-        response = _Response(self._send(method, path, query, body, None))
+                body: Any = None, until: float | None = None) -> "Stream":
+        call = f"{method} {path}"
+        try:  # the engine starts answering a stream at once: its head has the call's deadline
+            response = _Response(self._send(method, path, query, body, self.timeout), call, self.timeout)
+        except TimeoutError:
+            raise EngineTimeout(call, self.timeout) from None
         if response.status >= 400:
             raise EngineError(response.status, _message(response.read_all()))
-        return response.chunks()
+        return Stream(_until(response.chunks(until), call), response.abort)
 
     def _send(self, method: str, path: str, query: Mapping[str, str] | None, body: Any,
-              timeout: float | None) -> socket.socket:
+              timeout: float | None, upgrade: bool = False) -> socket.socket:
         payload = json.dumps(body).encode() if body is not None else b""
         target = path + ("?" + urlencode(query) if query else "")
-        head = [f"{method} {target} HTTP/1.1", "Host: docker", "Connection: close", "User-Agent: madengine"]
+        head = [f"{method} {target} HTTP/1.1", "Host: docker", "User-Agent: madengine"]
+        head += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
         if body is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
         elif method != "GET":
@@ -188,20 +249,73 @@ class Engine:
         return connection
 
 
-class _Response:
-    """One HTTP/1.1 response read from a connection the engine closes after it."""
+def _until(chunks: Iterator[bytes], call: str) -> Iterator[bytes]:
+    """A stream's chunks; a read that runs past ``until`` is :class:`EngineTimeout`."""
+    try:
+        yield from chunks
+    except TimeoutError:  # only a stream with a deadline has a socket timeout
+        raise EngineTimeout(call) from None
 
-    def __init__(self, connection: socket.socket) -> None:
+
+class Stream:
+    """A container's output as it arrives (stdout and stderr, as written). :meth:`cancel`, from
+    another thread, ends it: the reader then gets the reason it was given (an engine that stopped
+    answering while it streamed)."""
+
+    def __init__(self, chunks: Iterator[bytes], abort: Callable[[], None]) -> None:
+        self._chunks = chunks
+        self._abort = abort
+        self.cancelled: BaseException | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from _frames(self._chunks)
+        except Exception:
+            if self.cancelled is None:
+                raise
+        if self.cancelled is not None:
+            raise self.cancelled
+
+    def cancel(self, reason: BaseException) -> None:
+        self.cancelled = reason
+        self._abort()
+
+
+class _Response:
+    """One HTTP/1.1 response read from a connection the engine closes after it. Its head must
+    arrive within ``seconds``; so must the body of a call (a stream's body has its own deadline).
+    A read past a deadline raises :class:`TimeoutError`."""
+
+    def __init__(self, connection: socket.socket, call: str, seconds: float | None) -> None:
         self.connection = connection
+        self.call = call
+        self.until = time.monotonic() + seconds if seconds is not None else None
         self.reader = connection.makefile("rb")
+        try:
+            self._head()
+        except BaseException:
+            self.close()
+            raise
+
+    def _arm(self) -> None:
+        """The socket's timeout for the next read: what is left until the deadline."""
+        if self.until is None:
+            return
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no answer to {self.call} in time")
+        self.connection.settimeout(left)
+
+    def _head(self) -> None:
+        self._arm()
         status_line = self.reader.readline(65536)
         if not status_line:
-            self.close()
             raise ConnectionError("the Docker engine closed the connection without answering")
         parts = status_line.split(None, 2)
         self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
         self.headers: dict[str, str] = {}
         while True:
+            self._arm()
             line = self.reader.readline(65536)
             if line in (b"\r\n", b"\n", b""):
                 break
@@ -209,10 +323,14 @@ class _Response:
             self.headers[name.strip().lower()] = value.strip()
 
     def read_all(self) -> bytes:
-        return b"".join(self.chunks())
+        return b"".join(self.chunks(self.until))
 
-    def chunks(self) -> Iterator[bytes]:
-        """The body as it arrives; a body cut short raises :class:`ConnectionError`."""
+    def chunks(self, until: float | None) -> Iterator[bytes]:
+        """The body as it arrives, until ``until`` (``time.monotonic()``; None: as long as it takes);
+        a body cut short raises :class:`ConnectionError`."""
+        self.until = until
+        if until is None:
+            self.connection.settimeout(None)
         try:
             if self.headers.get("transfer-encoding", "").lower() == "chunked":
                 yield from self._chunked()
@@ -220,6 +338,7 @@ class _Response:
                 yield self._exactly(int(self.headers["content-length"]))
             else:  # a raw stream (an exec's output): until the engine closes the connection
                 while True:
+                    self._arm()
                     data = self.reader.read1(65536)
                     if not data:
                         return
@@ -229,6 +348,7 @@ class _Response:
 
     def _chunked(self) -> Iterator[bytes]:
         while True:
+            self._arm()
             size_line = self.reader.readline(65536)
             if not size_line:
                 raise ConnectionError("the Docker engine closed the connection mid-answer")
@@ -236,9 +356,11 @@ class _Response:
             if size == 0:
                 return
             yield self._exactly(size)
+            self._arm()
             self.reader.readline(65536)
 
     def _exactly(self, size: int) -> bytes:
+        self._arm()
         data = self.reader.read(size)
         if len(data) < size:
             raise ConnectionError("the Docker engine closed the connection mid-answer")
@@ -247,6 +369,14 @@ class _Response:
     def close(self) -> None:
         self.reader.close()
         self.connection.close()
+
+    def abort(self) -> None:
+        """End the connection under a reader blocked on it in another thread (closing it would
+        wait for that read): the read returns at once."""
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _frames(stream: Iterator[bytes]) -> Iterator[bytes]:
@@ -309,31 +439,93 @@ class SdkEngine(Engine):
     @property
     def sdk(self) -> Any:
         if self._sdk is None:
-            self._sdk = import_docker(self._environ).from_env(environment=self._environ, timeout=self.timeout)
+            self._sdk = import_docker(self._environ).from_env(environment=self._environ, timeout=SDK_TIMEOUT)
         return self._sdk
 
     def _call(self, method: str, path: str, *, query: Mapping[str, str] | None = None, body: Any = None,
-              raw: bool = False, timeout: float | None = CALL_TIMEOUT) -> Any:
+              raw: bool = False) -> Any:
         response = self._request(method, path, query, body, stream=False)
         if raw:
             return response.content
         return response.json() if response.content else None
 
     def _stream(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
-                body: Any = None) -> Iterator[bytes]:
+                body: Any = None, until: float | None = None) -> Stream:
         api = self.sdk.api
         response = self._request(method, path, query, body, stream=True)
-        return api._stream_raw_result(response, chunk_size=65536, decode=False) \
+        chunks = api._stream_raw_result(response, chunk_size=65536, decode=False) \
             if "chunked" in response.headers.get("Transfer-Encoding", "") else iter(api._read_from_socket(
                 response, stream=True, tty=True))
+        pump = _Pump(chunks, response.close)
+        return Stream(pump.until(until, f"{method} {path}"), pump.abort)
+
+    def attach_stdin(self, container: str) -> Any:
+        try:
+            return self.sdk.api.attach_socket(container, params={"stdin": 1, "stream": 1})
+        except Exception as exc:
+            _raise_sdk(exc, f"POST /containers/{container}/attach", self.timeout)
+            raise
 
     def _request(self, method: str, path: str, query: Mapping[str, str] | None, body: Any, stream: bool) -> Any:
         api = self.sdk.api
         # the SDK's APIClient is a requests Session bound to the engine's transport (ssh included)
-        response = api.request(method, api.base_url + path, params=query or None,
-                               data=json.dumps(body) if body is not None else None,
-                               headers={"Content-Type": "application/json"} if body is not None else None,
-                               stream=stream, timeout=None if stream else self.timeout)
+        try:
+            response = api.request(method, api.base_url + path, params=query or None,
+                                   data=json.dumps(body) if body is not None else None,
+                                   headers={"Content-Type": "application/json"} if body is not None else None,
+                                   stream=stream, timeout=self.timeout)
+        except Exception as exc:
+            _raise_sdk(exc, f"{method} {path}", self.timeout)
+            raise
         if response.status_code >= 400:
             raise EngineError(response.status_code, _message(response.content))
         return response
+
+
+def _raise_sdk(exc: BaseException, call: str, seconds: float) -> None:
+    """An SDK (requests) timeout as the :class:`EngineTimeout` this client raises itself."""
+    requests_errors = sys.modules.get("requests.exceptions")
+    if isinstance(exc, TimeoutError) or requests_errors is not None and isinstance(exc, requests_errors.Timeout):
+        raise EngineTimeout(call, seconds) from None
+
+
+class _Pump:
+    """The SDK's stream read by a helper thread, so that the reader can stop waiting whatever the
+    transport underneath (ssh included): at a deadline, or when the stream is cancelled."""
+
+    _END = object()
+
+    def __init__(self, chunks: Iterator[bytes], close: Callable[[], None]) -> None:
+        self.handoff: queue.Queue = queue.Queue()
+        self.close = close
+        threading.Thread(target=self._pump, args=(chunks,), name="engine-stream", daemon=True).start()
+
+    def _pump(self, chunks: Iterator[bytes]) -> None:
+        try:
+            for chunk in chunks:
+                self.handoff.put(chunk)
+            self.handoff.put(self._END)
+        except BaseException as exc:  # handed to the reader
+            self.handoff.put(exc)
+
+    def abort(self) -> None:
+        self.handoff.put(ConnectionAbortedError("the stream was cancelled"))
+        self._close_aside()
+
+    def _close_aside(self) -> None:
+        # closed in a thread of its own: closing waits for the read the helper thread is blocked in
+        threading.Thread(target=self.close, name="engine-stream-close", daemon=True).start()
+
+    def until(self, until: float | None, call: str) -> Iterator[bytes]:
+        """The chunks; :class:`EngineTimeout` if the stream has not ended by ``until``."""
+        while True:
+            try:
+                item = self.handoff.get(timeout=None if until is None else max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                self._close_aside()
+                raise EngineTimeout(call) from None
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item

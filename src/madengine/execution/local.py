@@ -2,7 +2,10 @@
 
 Each step runs in its own session and carries a cookie in its environment, so a timeout, Ctrl-C,
 SIGTERM or an abort ends every process of the step and nothing else, the workers a launcher
-started in sessions of their own included (:mod:`madengine.execution.proctree`).
+started in sessions of their own included (:mod:`madengine.execution.proctree`). Its processes
+also carry the run id (``MAD_RUN_ID``) and their owner (``MADENGINE_OWNER``,
+:mod:`madengine.core.owner`), so what a madengine killed by SIGKILL left running is stopped by the
+next run or ``madengine clean``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import threading
 import time
 from typing import Any, Mapping
 
+from madengine.core.owner import OWNER_ENV, this_process
 from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.provenance import Probe, ProbeCache, probe_local
@@ -65,6 +69,9 @@ class LocalExecutor:
         env = dict(self.environ)
         env.update(spec.env)
         env.update(step.env)
+        owner = this_process()
+        if owner is not None:
+            env[OWNER_ENV] = str(owner)
         if spec.gpu_ids:
             ids = ",".join(str(i) for i in spec.gpu_ids)
             vendor = spec.env.get("MAD_GPU_VENDOR")

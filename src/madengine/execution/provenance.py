@@ -283,7 +283,8 @@ def _run_probe_container(engine: Engine, image_id: str, labels: Mapping[str, str
     try:
         engine.start(container)
         with deadline(PROBE_TIMEOUT, lambda: _quietly(lambda: engine.kill(container))):
-            output = b"".join(engine.logs(container)).decode("utf-8", "replace")
+            # the engine itself must end the output by then too (a hung engine is EngineTimeout)
+            output = b"".join(engine.logs(container, time.monotonic() + PROBE_TIMEOUT + 15)).decode("utf-8", "replace")
     except EngineError:  # no python3 in the image, or it could not start
         return {}
     finally:

@@ -182,6 +182,10 @@ class ModelRunner:
         return stop.reason
 
     def failure(self, model: Model, reason: str, **values: Any) -> PerfRecord:
+        """A FAILURE row; its artifacts are the files that exist (a run that failed before its
+        model started has no run.log to point at)."""
+        if values.get("artifacts"):
+            values["artifacts"] = [path for path in values["artifacts"] if os.path.exists(path)]
         return self.records.failure(model, reason, **values)
 
     # -- per model ---------------------------------------------------------------------------
@@ -312,7 +316,8 @@ class ModelRunner:
         spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
                        artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
                        timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
-                       docker_file=target.docker_file, image=facts.image.run_as if facts.image is not None else "")
+                       docker_file=target.docker_file, keep_alive=self.options.keep_alive,
+                       image=facts.image.run_as if facts.image is not None else "")
         spec.launch = plan_launch(model, self.context, gpu_ids, self.executor.workspace(spec), self.host.environ)
         spec.env = model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ,
                              spec.launch)

@@ -6,19 +6,21 @@ never loses earlier rows.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from madengine.catalog import model_root
 from madengine.context import Context, build_context
-from madengine.core.errors import InputError
+from madengine.core.errors import InputError, MadEngineError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name, new_run_id
 from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
 from madengine.execution.plan import check_ports
+from madengine.pipeline.clean import remove_leftovers
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
@@ -81,6 +83,10 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
     except InputError:
         _close(executor, summary, reporter)
         raise
+    # what runs whose madengine process is gone left (a SIGKILL): removed now, and said
+    cleaned = remove_leftovers(getattr(executor, "client", None), reporter)
+    if cleaned.leftovers:
+        summary.details["leftovers"] = [leftover.to_json() for leftover in cleaned.leftovers]
     records = RecordFactory(Provenance.of(run_id=summary.run_id, executor=executor.name,
                                           command_line=host.command_line, environ=host.environ,
                                           context=_provenance_context(context), machine_name=machine_name(),
@@ -130,8 +136,9 @@ def _close(executor: Executor, summary: RunSummary, reporter: Reporter) -> None:
     left = executor.close()
     if left:
         summary.details["containers_left"] = left
-        reporter.message("madengine: warning: the Docker engine did not come back in time to remove "
-                         f"{', '.join(left)}; remove with: docker rm -f {' '.join(left)}")
+        them = "it" if len(left) == 1 else "them"
+        reporter.message(f"madengine: warning: the Docker engine did not answer in time to remove {', '.join(left)}; "
+                         f"'madengine clean' removes {them} once it answers again (or: docker rm -f {' '.join(left)})")
     release_images(executor)
 
 
@@ -166,25 +173,31 @@ def _sequential(runner: ModelRunner, selection: Selection) -> Iterator[PerfRecor
 
 
 def _record(summary: RunSummary, record: PerfRecord, reporter: Reporter, recorder: LiveRecorder | None = None) -> None:
-    """Append the row to perf.csv now; if it cannot be written (a full disk), keep it as JSON in
-    the run folder and say how to add it later, and the run fails. Then (``--db-url``) into the
-    results database; a database that is down is one warning, never the run's result."""
+    """Append the row to perf.csv now; if it cannot be written there (a full disk, a read-only or
+    immutable file, a folder in its place), keep it as JSON in the run folder and say where and how
+    to add it later, and the run fails. Then (``--db-url``) into the results database; a database
+    that is down is one warning, never the run's result."""
     summary.records.append(record)
     try:
         append_records(summary.perf_csv, [record])
-    except OSError as exc:
-        kept = keep_unrecorded(summary.run_dir, record)
-        summary.unrecorded.append(str(kept) if kept else record.model)
-        reporter.message(f"madengine: error: the row of {record.model} could not be written to {summary.perf_csv} "
-                         f"({exc.strerror or exc}); "
-                         + (f"kept in {kept}: add it later with 'madengine report update-perf --single-result "
-                            f"{kept} --perf-csv {summary.perf_csv}'" if kept else "it could not be kept anywhere")
-                         )
+    except (OSError, MadEngineError) as exc:
+        why = exc.message if isinstance(exc, MadEngineError) else exc.strerror or str(exc)
+        _keep(summary, record, reporter, why)
         return
     if recorder is not None:
         warning = recorder.record(record.to_row(), str(summary.perf_csv))
         if warning:
             reporter.message(warning)
+
+
+def _keep(summary: RunSummary, record: PerfRecord, reporter: Reporter, why: str) -> None:
+    """A row perf.csv did not take: in ``unrecorded/``, or (nowhere to keep it) on stderr whole."""
+    kept = keep_unrecorded(summary.run_dir, record)
+    summary.unrecorded.append(str(kept) if kept else "")
+    where = f"kept in {kept}" if kept else \
+        f"it could not be kept anywhere; the row: {json.dumps(record.to_row(), separators=(',', ':'))}"
+    reporter.message(f"madengine: error: the row of {record.model} could not be written to {summary.perf_csv} "
+                     f"({why}); {where}")
 
 
 def _run_on_slurm(request: RunRequest, host: Host, reporter: Reporter, selection: Selection) -> RunSummary:

@@ -23,7 +23,8 @@ class RunSummary:
     signal: int = 0
     #: extra sections of ``to_json`` (e.g. ``slurm``: job ids)
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: rows that could not be written to perf.csv (a full disk): where each was kept instead
+    #: rows that could not be written to perf.csv (a full disk, a read-only file): where each was
+    #: kept instead, one entry per row ('' for a row that could be kept nowhere but on stderr)
     unrecorded: list[str] = dataclasses.field(default_factory=list)
     #: how the trace was written (``tracing.FlushResult``); None without one
     trace: Any = None
@@ -31,6 +32,10 @@ class RunSummary:
     @property
     def failed(self) -> list[PerfRecord]:
         return [r for r in self.records if r.status == Status.FAILURE]
+
+    def unrecorded_files(self) -> list[str]:
+        """The files the unrecorded rows are kept in, each once."""
+        return list(dict.fromkeys(path for path in self.unrecorded if path))
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for r in self.records if r.status == s) for s in Status.ALL}

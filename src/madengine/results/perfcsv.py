@@ -216,13 +216,26 @@ def check_writable(perf_csv: Path, runs_dir: Path) -> None:
         raise InputError("perf.csv is not writable", path=str(perf_csv), hint="fix its permissions or choose -o")
 
 
+#: the file of a run's rows that perf.csv could not take, in the run folder
+UNRECORDED_FILE = Path("unrecorded") / "rows.json"
+
+
 def keep_unrecorded(run_dir: Path, record: PerfRecord) -> Path | None:
-    """A row perf.csv could not take, as JSON in the run folder (for ``report update-perf``)."""
-    folder = Path(run_dir) / "unrecorded"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{len(list(folder.glob('*.json'))):03d}-{record.model.replace('/', '_')}.json"
-        path.write_text(json.dumps(record.to_row(), indent=1) + "\n", encoding="utf-8")
-        return path
-    except OSError:
-        return None
+    """Keep a row perf.csv could not take: added to the run's ``unrecorded/rows.json`` (a JSON list,
+    which ``report update-perf --single-result`` adds to perf.csv in one go), else to the same file
+    in the temporary folder (the run folder may be on the disk that failed). None when neither
+    takes it. The file is replaced whole, so it never holds half a row."""
+    run_dir = Path(run_dir)
+    for folder in (run_dir, Path(tempfile.gettempdir()) / f"madengine-{run_dir.name}"):
+        path = folder / UNRECORDED_FILE
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+            rows.append(record.to_row())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+            return path
+        except (OSError, ValueError):
+            continue
+    return None

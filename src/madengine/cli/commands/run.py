@@ -270,5 +270,25 @@ def print_totals(env: Environment, summary) -> None:
     counts = summary.counts()
     trace = getattr(summary.trace, "path", None)
     print(f"madengine: {counts['SUCCESS']} succeeded, {counts['FAILURE']} failed, {counts['SKIPPED']} skipped; "
-          f"rows in {summary.perf_csv}; logs in {summary.run_dir}" + (f"; trace {trace}" if trace else ""),
+          f"{_rows_where(summary)}; logs in {summary.run_dir}" + (f"; trace {trace}" if trace else ""),
           file=env.stderr, flush=True)
+
+
+def _rows_where(summary) -> str:
+    """Where the rows are: perf.csv, and those it did not take with the command that adds them."""
+    missing = len(summary.unrecorded)
+    if not missing:
+        return f"rows in {summary.perf_csv}"
+    written = len(summary.records) - missing
+    files = summary.unrecorded_files()
+    adds = " and ".join(f"'madengine report update-perf --single-result {path} --perf-csv {summary.perf_csv}'"
+                        for path in files)
+    kept = f"kept in {', '.join(files)}; add {'them' if missing > 1 else 'it'} with {adds}" if files else ""
+    lost = missing - sum(1 for path in summary.unrecorded if path)
+    if lost:
+        kept += ("; " if kept else "") + f"{lost} printed above only (nowhere to keep them)"
+    return f"{_rows(written)} in {summary.perf_csv}, {_rows(missing)} NOT in it: {kept}"
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" + ("" if n == 1 else "s")
