@@ -82,6 +82,8 @@ def run_on_k8s(request: RunRequest, host: Host, reporter: Reporter, selection: S
         reporter.data("\n".join(str(path) for path in written))
         return summary
     prepared = prepare_run(k8s_request, host, run_id)
+    for warning in prepared.plan.context.warnings():
+        reporter.message(f"madengine: warning: {warning}")
     tracer = start_tracer(options, host.environ, reporter.message, run_id)
     reporter.progress(Progress(START, total=len(selection.models)))
     started = time.monotonic()
