@@ -29,7 +29,7 @@ from madengine.core.redact import redact
 from madengine.k8s.client import Expired, KubeApi
 from madengine.k8s.collect import job_records
 from madengine.k8s.pods import JobState, PodState, containers_time, final_pods, job_state, pod_state
-from madengine.k8s.render import LABEL_RUN, JobPlan
+from madengine.k8s.render import LABEL_JOB, LABEL_RUN, JobPlan
 from madengine.results import PerfRecord, RecordFactory
 
 #: seconds one watch call lasts before the jobs are checked again
@@ -82,7 +82,8 @@ class LogTap(threading.Thread):
     def finish(self) -> None:
         """After the pod ended: let the tap drain, then take the whole log from the API server so the
         file is complete even if the stream broke (a pod already deleted keeps what was streamed)."""
-        self.join(TAP_DRAIN)
+        if self.ident is not None:  # started (a pod that ended between two events is only read here)
+            self.join(TAP_DRAIN)
         try:
             text = self.api.log_text(self.namespace, self.pod).decode("utf-8", "replace")
         except (MadEngineError, OSError):
@@ -258,12 +259,23 @@ class K8sSession:
         run.done = True
         if verdict:
             self.cleanup(run, wait=True)
+        else:  # the pods as the API server has them now: a watch event may still be on its way
+            self._refresh(run)
         try:
             records = self._rows(run, state, verdict)
         finally:
             if not verdict:
                 self.cleanup(run)
         self._record(run, records)
+
+    def _refresh(self, run: JobRun) -> None:
+        try:
+            items, _ = self.api.list_pods(self.namespace, f"{LABEL_JOB}={run.plan.name}")
+        except ServiceError:
+            return  # the states the watch gave stand
+        for obj in items:
+            pod = pod_state(obj)
+            run.pods[pod.name] = pod
 
     def _rows(self, run: JobRun, state: JobState, verdict: str) -> list[PerfRecord]:
         pods = final_pods(run.pods)
