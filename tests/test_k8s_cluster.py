@@ -344,3 +344,31 @@ def test_a_cluster_that_cannot_be_used_is_bad_input_before_anything_is_sent(stan
     result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", ctx)
     assert result.code == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1, result
     assert not [r for r in standin.requests if r["method"] != "GET"] and not (k8s_repo / "perf.csv").exists()
+
+
+def test_a_pod_that_ended_between_two_events_has_its_whole_log_read(standin, k8s_repo, cli, tmp_path):
+    """The log of a pod madengine never saw running is read once, whole, and redacted."""
+    from madengine.core.redact import register_secret
+    from madengine.k8s.client import KubeApi
+    from madengine.k8s.kubeconfig import resolve_cluster
+    from madengine.k8s.session import LogTap
+    from madengine.k8s.settings import K8sSettings
+    import yaml
+
+    assert cli("build", "--tags", "k8s_ok").code == 0
+    files = cli("k8s", "render", "--tags", "k8s_ok", "--output-dir", str(tmp_path / "objects")).stdout.split()
+    for path in files:
+        obj = yaml.safe_load(Path(path).read_text())
+        standin.create(obj["kind"], "default", obj)
+    deadline = time.monotonic() + 120
+    while not [p for p in standin.pods() if p["status"].get("phase") == "Succeeded"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    pod = standin.pods()[0]["metadata"]["name"]
+    api = KubeApi(resolve_cluster(K8sSettings(kubeconfig=str(standin.kubeconfig(tmp_path / "kc"))), {}))
+    register_secret("two words")
+    tap = LogTap(api, "default", pod, tmp_path / "pod.log", None)
+    tap.finish()
+    text = (tmp_path / "pod.log").read_text()
+    assert "arg: [******]" in text and "performance: 123.5 samples_per_second" in text
+    assert text.endswith("=== madengine: the model step ended with exit code 0\n")
