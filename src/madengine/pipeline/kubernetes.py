@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from madengine.catalog import model_root
 from madengine.core.errors import MadEngineError
 from madengine.core.events import FINISH, START, Progress, Reporter
 from madengine.core.host import Host
@@ -60,7 +61,8 @@ def render_k8s(request: RunRequest, host: Host, reporter: Reporter, folder: Path
     from madengine.k8s.run import render_to_folder
 
     options = request.run
-    selection = select(options.tags, request.transport.manifest_file, Path(options.root) if options.root else None)
+    selection = select(options.tags, request.transport.manifest_file,
+                       Path(options.root) if options.root else model_root(host.environ))
     return render_to_folder(_request(request, host, selection), host, folder, reporter,
                             include_secrets=include_secrets)
 
