@@ -1,28 +1,43 @@
-"""`madengine report serve` over 1,000,000 rows: API latency, overview in Chromium, server memory.
+"""The results history at 1,000,000 rows: `database update-table`, `report serve`, and asv `publish`, side by side.
 
-A SQLite results table of 2,000 result identities x 500 runs (1,000,000 rows; 2 % FAILURE rows with
-reasons, a fifth of the rows with 3 samples, a step change in every 50th identity) is written
-straight into the schema `database create-table` makes, then `create-table` builds the summary
-tables from the rows (the in-place migration, timed). A real server (`python -m madengine report
-serve`, a separate process) answers every /api call the pages use, each asked 40 times with
-different arguments (other results, other runs, other run pairs), and the pages themselves;
-headless Chromium (Debian's, through Playwright) opens the overview. Targets: every call
-<= 200 ms median and <= 500 ms p95, the overview interactive within 2 s, the server's RSS <= 300 MB.
+The data is the team's night, written once as a perf.csv (about 320 MB): 2,000 models x 500 runs, noise
+with a CV of 2 %, a 5 % step in 20 models from run 400 on, 2 % random failures with their reasons. Where
+asv installs (`pip install asv`), the same figures become an asv project (one benchmark per model, one
+commit per run, failures as missing values) for `asv publish`, the peer's step of the same kind.
 
-    python3 benchmarks/dashboard_scale.py [--db PATH] [--identities 2000] [--runs 500]
+Measured, each command in its own process (wall time, and peak RSS from wait4):
 
-``--db`` keeps the database for the next time (it is rebuilt when its row count differs).
-Exit 1 when a target is missed.
+* `madengine database update-table` of the 1M rows into an empty SQLite database (rows, change points,
+  alerts and verdicts of every series complete when it returns), and `asv publish` of the same data;
+* appending the next run (2,000 rows) with `update-table`, change detection complete when it returns;
+* the change points found: the 20 step models at their step, false changes among the 1,980 others;
+* every API call and page of the dashboard (`report serve`, a separate process), each asked 40 times
+  with other arguments: median and p95;
+* the first screen in Chromium (Debian's, through Playwright): the overview from navigation to its load
+  event, and its first contentful paint.
+
+Targets (issue 27): import <= 60 s and <= 500 MB; append <= 5 s; every call median <= 100 ms and
+p95 <= 250 ms; the first screen <= 1 s. Timings depend on the machine and on what else runs on it:
+the lines say what was measured here; rerun on a quiet machine for figures to compare.
+
+    python3 benchmarks/dashboard_scale.py [--work DIR] [--identities 2000] [--runs 500] [--no-asv]
+
+``--work DIR`` keeps the perf.csv, the database and the asv project for the next time (an import that
+already happened is measured again on a fresh copy of nothing: the database is rebuilt). Exit 1 when a
+target is missed.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import csv
+import datetime
+import importlib.util
 import json
 import os
 import random
 import re
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -38,89 +53,172 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from madengine.database import create_table  # noqa: E402
-from madengine.database.sql import STORED_COLUMNS  # noqa: E402
+from madengine.results.columns import ALL_COLUMNS  # noqa: E402
 from madengine.results.identity import ResultIdentity  # noqa: E402
 
 CALLS = 40
-TARGET_MEDIAN_S, TARGET_P95_S = 0.200, 0.500
-TARGET_INTERACTIVE_S = 2.0
-TARGET_RSS_MB = 300
+STEP, CV, FAIL_RATE = 0.05, 0.02, 0.02
+STEP_SHARE = 0.8  #: the step comes at run 400 of 500
+TARGET_IMPORT_S, TARGET_IMPORT_MB = 60.0, 500
+TARGET_APPEND_S = 5.0
+TARGET_MEDIAN_S, TARGET_P95_S = 0.100, 0.250
+TARGET_FIRST_SCREEN_S = 1.0
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REASON = "model script exited with code 1: out of memory"
+START = datetime.datetime(2025, 1, 1, 2, tzinfo=datetime.timezone.utc)
 
 
-def identities(count: int) -> list[ResultIdentity]:
-    archs = ("gfx942", "gfx90a")
-    return [ResultIdentity(model=f"model_{k // 2:04d}", metric="samples_per_second" if k % 3 else "latency_ms",
-                           tag_configs="bs=64" if k % 4 == 0 else "", executor="docker", gpu_vendor="AMD",
-                           gpu_architecture=archs[k % 2], n_gpus="1") for k in range(count)]
+# --- the data ------------------------------------------------------------------------------------
+
+def model_name(index: int) -> str:
+    return f"model_{index:04d}"
 
 
-def build(path: Path, n_identities: int, n_runs: int) -> float:
-    """The rows, written straight into the table create-table makes; returns the seconds create-table
-    then takes to build the summary tables from them (the migration of a table without them)."""
-    url = f"sqlite:///{path}"
-    if path.exists():
-        path.unlink()
-    create_table(url)
-    connection = sqlite3.connect(path)
-    connection.execute("DROP TABLE dlm_table_ids")  # as an earlier release left it: no summary tables
-    connection.execute("DROP TABLE dlm_table_runs")
-    names = ["row_key", "created_date", *STORED_COLUMNS]
-    statement = f"INSERT INTO dlm_table ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
-    rng = random.Random(13)
-    chosen = identities(n_identities)
-    keys = [i.key() for i in chosen]
-    empty = dict.fromkeys(STORED_COLUMNS, "")
+def steps(n_models: int) -> set[int]:
+    """The 20 models whose figure rises by STEP from run step_at(runs) on (every n/20th)."""
+    return set(range(0, n_models, max(n_models // 20, 1)))
 
-    def rows():
-        for run in range(n_runs):
-            run_id = f"2026{run // 28 + 1:02d}{run % 28 + 1:02d}-0{run % 10}0000-{run:06x}"
-            started = f"2026-{run // 28 % 12 + 1:02d}-{run % 28 + 1:02d}T{run % 24:02d}:00:00+00:00"
-            machine = f"node{run % 4}"
-            for index, identity in enumerate(chosen):
-                base = 100.0 + index % 97
-                if index % 50 == 0 and run >= n_runs // 2:
-                    base *= 1.08
-                cells = dict(empty, model=identity.model, metric=identity.metric, tag_configs=identity.tag_configs,
-                             executor="docker", gpu_vendor="AMD", gpu_architecture=identity.gpu_architecture,
-                             n_gpus="1", run_id=run_id, started_at=started, machine_name=machine,
-                             tags="nightly,perf", identity_key=keys[index], base_docker="rocm/pytorch:latest")
-                if rng.random() < 0.02:
-                    cells.update(status="FAILURE", reason="model script exited with code 1: out of memory")
-                else:
-                    value = base * (1 + rng.gauss(0, 0.01))
-                    cells.update(status="SUCCESS", performance=repr(round(value, 4)))
-                    if index % 5 == 0:
-                        samples = [round(value * (1 + rng.gauss(0, 0.01)), 4) for _ in range(3)]
-                        cells.update(perf_n="3", perf_samples=json.dumps(samples), perf_min=repr(min(samples)),
-                                     perf_max=repr(max(samples)))
-                yield (os.urandom(32).hex(), "2026-06-01 00:00:00", *(cells[n] for n in STORED_COLUMNS))
 
-    connection.executemany(statement, rows())
-    connection.commit()
+def run_of(run: int) -> tuple[str, str, str]:
+    """(run id, started_at, git commit) of run ``run``: one a day."""
+    day = START + datetime.timedelta(days=run)
+    return f"{day:%Y%m%d}-020000-{run:06x}", day.isoformat(timespec="seconds"), f"{run * 7919 + 1:040x}"[-40:]
+
+
+def step_at(n_runs: int) -> int:
+    return int(n_runs * STEP_SHARE)
+
+
+def figures(n_models: int, n_runs: int, runs: range, seed: int = 7):
+    """(run, model index, figure or None for a failure), run by run: the same for perf.csv and asv."""
+    rng = random.Random(seed + runs.start)
+    stepped = steps(n_models)
+    for run in runs:
+        for model in range(n_models):
+            base = (100.0 + model % 97) * (1 + STEP if model in stepped and run >= step_at(n_runs) else 1)
+            failed = rng.random() < FAIL_RATE
+            value = base * rng.lognormvariate(0, CV)
+            yield run, model, None if failed else value
+
+
+def write_perf_csv(path: Path, n_models: int, n_runs: int, runs: range) -> None:
+    index = {name: k for k, name in enumerate(ALL_COLUMNS)}
+    fixed = {"n_gpus": "1", "tags": "nightly,perf", "docker_file": "docker/ci.ubuntu.amd.Dockerfile",
+             "base_docker": "rocm/pytorch:latest", "gpu_architecture": "gfx942", "metric": "samples_per_second",
+             "build_duration": "0.8", "executor": "docker", "gpu_vendor": "AMD", "madengine_version": "2.0.0",
+             "command_line": "madengine run --tags nightly"}
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(ALL_COLUMNS)
+        for run, model, value in figures(n_models, n_runs, runs):
+            run_id, started, commit = run_of(run)
+            row = [""] * len(ALL_COLUMNS)
+            for name, text in fixed.items():
+                row[index[name]] = text
+            for name, text in (("model", model_name(model)), ("docker_image", f"ci-{model_name(model)}"),
+                               ("machine_name", f"node{run % 4}"), ("test_duration", f"{30 + model % 50}.{run % 10}"),
+                               ("run_id", run_id), ("started_at", started), ("git_commit", commit)):
+                row[index[name]] = text
+            if value is None:
+                row[index["status"]], row[index["reason"]] = "FAILURE", REASON
+            else:
+                row[index["status"]], row[index["performance"]] = "SUCCESS", f"{value:.4f}"
+            writer.writerow(row)
+
+
+def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
+    """The same figures as an asv project: a git repository of one commit per run, benchmarks.json,
+    one result file per commit (asv's result format 2), asv.conf.json."""
+    repo, results = folder / "repo", folder / "results"
+    machine = results / "bench-node"
+    machine.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    stream = []
+    for run in range(n_runs):
+        stamp = int((START + datetime.timedelta(days=run)).timestamp())
+        message = f"run {run}\n".encode()
+        stream.append(b"commit refs/heads/main\n" + f"mark :{run + 1}\ncommitter bench <b@x> {stamp} +0000\n".encode()
+                      + f"data {len(message)}\n".encode() + message + (f"from :{run}\n".encode() if run else b"") + b"\n")
+    subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(stream), cwd=repo, check=True)
+    hashes = subprocess.run(["git", "rev-list", "--reverse", "main"], cwd=repo, capture_output=True, text=True,
+                            check=True).stdout.split()
+    names = [f"nightly.track_{model_name(m)}" for m in range(n_models)]
+    benchmarks = {name: {"code": "", "name": name, "param_names": [], "params": [], "timeout": 60, "type": "track",
+                         "unit": "samples/s", "version": "1", "pretty_name": name} for name in names}
+    (results / "benchmarks.json").write_text(json.dumps({**benchmarks, "version": 2}))
+    (machine / "machine.json").write_text(json.dumps({"machine": "bench-node", "arch": "x86_64", "cpu": "bench",
+                                                      "num_cpu": "2", "os": "Linux", "ram": "24GB", "version": 1}))
+    current, values = None, {}
+
+    def flush(run: int) -> None:
+        date = int((START + datetime.timedelta(days=run)).timestamp() * 1000)
+        data = {"commit_hash": hashes[run], "env_name": "existing-py", "date": date,
+                "params": {"machine": "bench-node", "python": "3.11"}, "python": "3.11", "requirements": {},
+                "env_vars": {}, "result_columns": ["result", "params", "version", "started_at", "duration"],
+                "results": {names[m]: [[v], [], "1", date, 1.0] for m, v in values.items()}, "durations": {},
+                "version": 2}
+        (machine / f"{hashes[run][:8]}-existing-py.json").write_text(json.dumps(data))
+
+    for run, model, value in figures(n_models, n_runs, range(n_runs)):
+        if current is not None and run != current:
+            flush(current)
+            values = {}
+        current = run
+        values[model] = value
+    flush(current)
+    (folder / "asv.conf.json").write_text(json.dumps({
+        "version": 1, "project": "madengine-nightly", "project_url": "http://localhost/", "repo": str(repo),
+        "branches": ["main"], "environment_type": "existing", "results_dir": str(results),
+        "html_dir": str(folder / "html"), "benchmark_dir": str(folder / "benchmarks")}))
+
+
+# --- processes, timed ----------------------------------------------------------------------------
+
+def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, float, str, str]:
+    """(wall seconds, peak RSS MB, CPU seconds (its processes, workers included), stdout, stderr) of a
+    command run to its end. On a shared machine the CPU seconds say more than the wall time."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = [], []
+    readers = [threading.Thread(target=lambda: out.append(process.stdout.read())),
+               threading.Thread(target=lambda: err.append(process.stderr.read()))]
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    for reader in readers:
+        reader.join()
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])}... failed ({process.returncode}):\n{''.join(err)[-3000:]}")
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, "".join(out), "".join(err)
+
+
+def update_table(perf_csv: Path, db: Path) -> tuple[float, float, float, dict]:
+    wall, rss, cpu, out, _ = timed([sys.executable, "-m", "madengine", "database", "update-table", "--csv-file-path",
+                                    str(perf_csv), "--db-url", f"sqlite:///{db}", "--json"])
+    return wall, rss, cpu, json.loads(out)
+
+
+def changes_found(db: Path, n_models: int, n_runs: int) -> tuple[int, int, int, int]:
+    """(step models with an alert within 10 runs of the step, of them within 2 runs, alerts of the
+    other models, alerts in all)."""
+    stepped = {model_name(m) for m in steps(n_models)}
+    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    alerts = connection.execute("SELECT model, after_run FROM dlm_table_alerts WHERE detected = 1").fetchall()
     connection.close()
-    started = time.perf_counter()
-    create_table(url)  # finds no summary tables: builds them from the rows
-    return time.perf_counter() - started
+
+    def near(runs: int) -> set[str]:
+        return {run_of(r)[0] for r in range(step_at(n_runs) - runs, step_at(n_runs) + runs + 1)}
+
+    found = {model for model, after in alerts if model in stepped and after in near(10)}
+    placed = {model for model, after in alerts if model in stepped and after in near(2)}
+    return len(found), len(placed), sum(model not in stepped for model, _ in alerts), len(alerts)
 
 
-def ensure_database(path: Path, n_identities: int, n_runs: int) -> float | None:
-    if path.exists():
-        try:
-            count = sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("SELECT COUNT(*) FROM dlm_table_ids").fetchone()[0]
-            rows = sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("SELECT MAX(id) FROM dlm_table").fetchone()[0]
-            if count == n_identities and rows == n_identities * n_runs:
-                return None
-        except sqlite3.Error:
-            pass
-    print(f"building {n_identities * n_runs:,} rows in {path} ...", file=sys.stderr, flush=True)
-    started = time.perf_counter()
-    migration = build(path, n_identities, n_runs)
-    print(f"built in {time.perf_counter() - started:.0f} s ({path.stat().st_size / 1e6:.0f} MB)", file=sys.stderr)
-    return migration
-
+# --- the dashboard -------------------------------------------------------------------------------
 
 class Server:
     def __init__(self, db: Path) -> None:
@@ -133,7 +231,7 @@ class Server:
             raise SystemExit(f"the server did not start: {line}{self.process.stderr.read()}")
         self.base = found.group(1).rstrip("/")
         self.rss_peak = 0
-        self.errors: collections.deque[str] = collections.deque(maxlen=40)  # the server's stderr, drained
+        self.errors: list[str] = []
         threading.Thread(target=lambda: self.errors.extend(self.process.stderr), daemon=True).start()
 
     def get(self, path: str) -> tuple[float, bytes]:
@@ -142,7 +240,7 @@ class Server:
             with urllib.request.urlopen(self.base + path, timeout=60) as response:
                 body = response.read()
         except urllib.error.HTTPError as error:
-            raise SystemExit(f"{path}: HTTP {error.code}\n{''.join(self.errors)}") from None
+            raise SystemExit(f"{path}: HTTP {error.code}\n{''.join(self.errors[-40:])}") from None
         elapsed = time.perf_counter() - started
         self.sample_rss()
         return elapsed, body
@@ -163,26 +261,31 @@ def quantiles(times: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
-def measure_api(server: Server, chosen: list[ResultIdentity], runs: list[str]) -> list[tuple[str, float, float, float]]:
+def measure_api(server: Server, n_models: int, runs: list[str]) -> list[tuple[str, float, float, float]]:
     """(call, first, median, p95) per call the pages make, each with CALLS different arguments."""
     q = urllib.parse.quote
+    keys = [ResultIdentity(model=model_name(m), metric="samples_per_second", executor="docker", gpu_vendor="AMD",
+                           gpu_architecture="gfx942", n_gpus="1").key() for m in range(n_models)]
     calls = {
         "/api/overview": lambda k: "/api/overview" + ("" if k % 2 else f"?page={k % 5 + 1}"),
+        "/api/overview?sort=vs_baseline": lambda k: f"/api/overview?sort=vs_baseline&order={'asc' if k % 2 else 'desc'}",
         "/api/overview?status=FAILURE&model=…": lambda k: f"/api/overview?status=FAILURE&model=model_{k % 9}",
-        "/api/identities?gpu_architecture=…": lambda k: f"/api/identities?gpu_architecture=gfx90a&page={k % 8 + 1}",
-        "/api/series?identity=…": lambda k: "/api/series?identity=" + q(chosen[(k * 37) % len(chosen)].key()),
-        "/api/trend?model=…&machine=…": lambda k: f"/api/trend?model=model_{(k * 13) % 1000:04d}&machine=node{k % 4}",
+        "/api/identities?gpu_architecture=…": lambda k: f"/api/identities?gpu_architecture=gfx942&page={k % 8 + 1}",
+        "/api/series?identity=…": lambda k: "/api/series?identity=" + q(keys[(k * 37) % len(keys)]),
+        "/api/trend?model=…&machine=…": lambda k: f"/api/trend?model={model_name((k * 13) % n_models)}&machine=node{k % 4}",
         "/api/runs": lambda k: f"/api/runs?page={k % 5 + 1}",
         "/api/run?run=…": lambda k: "/api/run?run=" + q(runs[(k * 7) % len(runs)]),
-        "/api/compare?old=…&new=…": lambda k: f"/api/compare?old={q(runs[(k * 11) % len(runs)])}&new={q(runs[(k * 11 + 1) % len(runs)])}",
+        "/api/compare?old=…&new=…": lambda k: f"/api/compare?old={q(runs[(k * 11) % (len(runs) - 1)])}"
+                                              f"&new={q(runs[(k * 11) % (len(runs) - 1) + 1])}",
         "/api/changes": lambda k: "/api/changes" + ("" if k % 2 else "?kind=regression"),
+        "/api/alerts": lambda k: "/api/alerts" + ("" if k % 2 else "?state=untriaged&sort=weight"),
         "/api/version": lambda k: "/api/version",
         "page /": lambda k: "/" + ("" if k % 2 else "?status=FAILURE"),
-        "page /trend?identity=…": lambda k: "/trend?identity=" + q(chosen[(k * 53) % len(chosen)].key()),
+        "page /trend?identity=…": lambda k: "/trend?identity=" + q(keys[(k * 53) % len(keys)]),
         "page /run?run=…": lambda k: "/run?run=" + q(runs[(k * 3) % len(runs)]),
-        "page /compare": lambda k: f"/compare?old={q(runs[(k * 5) % len(runs)])}&new={q(runs[(k * 5 + 2) % len(runs)])}",
+        "page /compare": lambda k: f"/compare?old={q(runs[(k * 5) % (len(runs) - 2)])}&new={q(runs[(k * 5) % (len(runs) - 2) + 2])}",
         "page /runs": lambda k: "/runs",
-        "page /changes": lambda k: "/changes",
+        "page /changes": lambda k: "/changes" + ("" if k % 2 else "?state=untriaged"),
     }
     results = []
     for name, make in calls.items():
@@ -192,89 +295,150 @@ def measure_api(server: Server, chosen: list[ResultIdentity], runs: list[str]) -
     return results
 
 
-def during_background_pass(server: Server, chosen: list[ResultIdentity], runs: list[str]) -> tuple[float, float]:
-    """(median, p95) of page and API calls made while the change-point pass still runs after start."""
-    q = urllib.parse.quote
-    paths = []
-    for k in range(8):
-        paths += ["/", "/api/overview?status=FAILURE", "/trend?identity=" + q(chosen[(k * 71) % len(chosen)].key()),
-                  "/run?run=" + q(runs[(k * 29) % len(runs)]), "/runs"]
-    return quantiles([server.get(path)[0] for path in paths])
-
-
-def overview_in_chromium(base: str) -> list[float]:
-    """Seconds from navigation to the overview being interactive (DOMContentLoaded, its script run)."""
+def first_screen_in_chromium(base: str) -> list[tuple[float, float]]:
+    """(seconds from navigation to the load event, to the first contentful paint) of the overview, 5 loads."""
     from playwright.sync_api import sync_playwright
 
     seconds = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         for _ in range(5):
-            page = browser.new_page()
-            page.goto(base + "/", wait_until="domcontentloaded")
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(base + "/", wait_until="load")
             page.wait_for_selector("html[data-ready='1']")
             timing = page.evaluate("() => { const n = performance.getEntriesByType('navigation')[0];"
-                                   " return [n.startTime, n.domInteractive, n.domContentLoadedEventEnd]; }")
-            seconds.append((timing[2] - timing[0]) / 1000)
+                                   " const p = performance.getEntriesByName('first-contentful-paint')[0];"
+                                   " return [n.startTime, n.loadEventEnd, p ? p.startTime : n.loadEventEnd]; }")
+            seconds.append(((timing[1] - timing[0]) / 1000, (timing[2] - timing[0]) / 1000))
             page.close()
         browser.close()
     return seconds
 
 
+# --- the run -------------------------------------------------------------------------------------
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", type=Path, default=None, help="keep the database here (default: a temporary folder)")
+    parser.add_argument("--work", type=Path, default=None, help="keep the data here (default: a temporary folder)")
     parser.add_argument("--identities", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--no-asv", action="store_true", help="leave asv publish out")
+    parser.add_argument("--dashboard-only", action="store_true",
+                        help="measure only the dashboard, over the database an earlier run left in --work")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dashboard-scale-") as tmp:
-        db = args.db or Path(tmp) / "results.db"
-        migration = ensure_database(db, args.identities, args.runs)
-        rows = args.identities * args.runs
-        server = Server(db)
-        try:
-            started = time.perf_counter()
-            server.get("/api/version")
-            runs = [r["run_id"] for r in json.loads(server.get("/api/runs?per_page=500")[1])["items"]]
-            first_overview, _ = server.get("/")
-            during = during_background_pass(server, identities(args.identities), runs)
-            complete = None
-            while time.perf_counter() - started < 600:
-                state = json.loads(server.get("/api/changes?per_page=1")[1])
-                if state["complete"]:
-                    complete = time.perf_counter() - started
-                    break
-                time.sleep(1)
-            api = measure_api(server, identities(args.identities), runs)
-            interactive = overview_in_chromium(server.base)
-            rss_now = server.sample_rss()
-        finally:
-            server.stop()
-    print(f"dashboard over {rows:,} rows ({args.identities:,} identities x {args.runs} runs), SQLite, 2-core machine")
-    if migration is not None:
-        print(f"  create-table builds the summary tables from the rows (migration in place): {migration:.1f} s")
-    print(f"  first overview page after start: {first_overview * 1000:.0f} ms")
-    print(f"  change points of every identity (background, after start): "
-          + (f"{complete:.1f} s" if complete is not None else "not done in 600 s"))
-    print(f"  pages and API while that pass runs (overview, trend, run, runs; 40 calls): median "
-          f"{during[0] * 1000:.0f} ms, p95 {during[1] * 1000:.0f} ms")
-    print(f"  {'call':40} {'first ms':>9} {'median ms':>10} {'p95 ms':>8}   (each {CALLS} calls, other arguments)")
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        if args.dashboard_only:
+            return dashboard_only(work / "results.db", args.identities)
+        return run(work, args.identities, args.runs, not args.no_asv)
+
+
+def prepare(work: Path, n_models: int, n_runs: int, with_asv: bool) -> tuple[Path, Path, Path | None]:
+    perf, nightly, asv = work / f"perf-{n_models}x{n_runs}.csv", work / f"next-{n_models}x{n_runs}.csv", None
+    if not perf.exists():
+        print(f"writing {n_models * n_runs:,} rows to {perf} ...", file=sys.stderr, flush=True)
+        write_perf_csv(perf.with_suffix(".tmp"), n_models, n_runs, range(n_runs))
+        perf.with_suffix(".tmp").rename(perf)
+        write_perf_csv(nightly, n_models, n_runs, range(n_runs, n_runs + 1))
+    if with_asv:
+        if importlib.util.find_spec("asv") is None:
+            print("asv is not installed (pip install asv): asv publish is left out", file=sys.stderr)
+            return perf, nightly, None
+        asv = work / f"asv-{n_models}x{n_runs}"
+        if not (asv / "asv.conf.json").exists():
+            print(f"writing the asv project {asv} ...", file=sys.stderr, flush=True)
+            shutil.rmtree(asv, ignore_errors=True)
+            write_asv_project(asv, n_models, n_runs)
+    return perf, nightly, asv
+
+
+def run(work: Path, n_models: int, n_runs: int, with_asv: bool) -> int:
+    perf, nightly, asv = prepare(work, n_models, n_runs, with_asv)
+    db = work / "results.db"
+    for stale in (db, db.with_suffix(".db-journal")):
+        stale.unlink(missing_ok=True)
+    print("importing ...", file=sys.stderr, flush=True)
+    import_s, import_mb, import_cpu, imported = update_table(perf, db)
+    publish = None
+    if asv is not None:
+        print("asv publish ...", file=sys.stderr, flush=True)
+        shutil.rmtree(asv / "html", ignore_errors=True)
+        publish = timed([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(asv / "asv.conf.json")],
+                        cwd=asv)[:3]
+    append_s, append_mb, append_cpu, appended = update_table(nightly, db)
+    found, placed, false, alerts = changes_found(db, n_models, n_runs)
+    api, screen, server, rss_now, complete = measure_dashboard(db, n_models)
+    return report(locals())
+
+
+def measure_dashboard(db: Path, n_models: int) -> tuple[list, list, Server, int, bool]:
+    server = Server(db)
+    try:
+        runs = [r["run_id"] for r in json.loads(server.get("/api/runs?per_page=500")[1])["items"]]
+        complete = json.loads(server.get("/api/changes?per_page=1")[1])["complete"]
+        api = measure_api(server, n_models, runs)
+        screen = first_screen_in_chromium(server.base)
+        rss_now = server.sample_rss()
+    finally:
+        server.stop()
+    return api, screen, server, rss_now, complete
+
+
+def dashboard_only(db: Path, n_models: int) -> int:
+    if not db.exists():
+        raise SystemExit(f"{db}: no database yet: run without --dashboard-only first")
+    api, screen, server, rss_now, _ = measure_dashboard(db, n_models)
+    failed = print_dashboard(api, screen, server, rss_now)
+    print("all targets met" if not failed else f"MISSED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def print_dashboard(api: list, screen: list, server: Server, rss_now: int) -> list[str]:
     failed = []
+    print(f"  {'call':40} {'first ms':>9} {'median ms':>10} {'p95 ms':>8}   (each {CALLS} calls, other arguments)")
     for name, first, median, p95 in api:
         ok = median <= TARGET_MEDIAN_S and p95 <= TARGET_P95_S
         failed += [] if ok else [name]
         print(f"  {name:40} {first * 1000:9.1f} {median * 1000:10.1f} {p95 * 1000:8.1f}   {'ok' if ok else 'MISSED'}")
-    interactive_median = statistics.median(interactive)
-    print(f"  overview interactive in Chromium (DOMContentLoaded, 5 loads): median {interactive_median:.2f} s, "
-          f"max {max(interactive):.2f} s (target <= {TARGET_INTERACTIVE_S:.0f} s)")
-    print(f"  server RSS: peak {server.rss_peak / 2**20:.0f} MB, at the end {rss_now / 2**20:.0f} MB "
-          f"(target <= {TARGET_RSS_MB} MB)")
-    if max(interactive) > TARGET_INTERACTIVE_S:
-        failed.append("overview interactive")
-    if server.rss_peak > TARGET_RSS_MB * 2**20:
-        failed.append("RSS")
-    if complete is None:
-        failed.append("change points")
+    load = statistics.median(s[0] for s in screen)
+    paint = statistics.median(s[1] for s in screen)
+    ok = max(s[0] for s in screen) <= TARGET_FIRST_SCREEN_S
+    failed += [] if ok else ["first screen"]
+    print(f"  first screen in Chromium (the overview, 5 loads): load event median {load:.2f} s "
+          f"(max {max(s[0] for s in screen):.2f} s), first contentful paint {paint:.2f} s   "
+          f"{'ok' if ok else 'MISSED'} (target <= {TARGET_FIRST_SCREEN_S:.0f} s)")
+    print(f"  server RSS: peak {server.rss_peak / 2**20:.0f} MB, at the end {rss_now / 2**20:.0f} MB")
+    return failed
+
+
+def report(m: dict) -> int:
+    n, rows = m["n_models"], m["n_models"] * m["n_runs"]
+    failed = []
+
+    def check(ok: bool, name: str) -> str:
+        failed.extend([] if ok else [name])
+        return "ok" if ok else "MISSED"
+
+    print(f"results history of {rows:,} rows ({n:,} models x {m['n_runs']} runs, CV 2 %, a 5 % step in "
+          f"{len(steps(n))} models at run {step_at(m['n_runs'])}, 2 % failures); SQLite; {os.cpu_count()} cores")
+    print(f"  {'':44} {'wall s':>8} {'CPU s':>7} {'peak RSS MB':>12}")
+    print(f"  {f'madengine database update-table ({rows:,} rows)':44} {m['import_s']:8.1f} {m['import_cpu']:7.1f} "
+          f"{m['import_mb']:12.0f}   "
+          f"{check(m['import_s'] <= TARGET_IMPORT_S and m['import_mb'] <= TARGET_IMPORT_MB, 'import')} "
+          f"(target <= {TARGET_IMPORT_S:.0f} s, <= {TARGET_IMPORT_MB} MB)")
+    if m["publish"] is not None:
+        print(f"  {'asv publish (the same data)':44} {m['publish'][0]:8.1f} {m['publish'][2]:7.1f} "
+              f"{m['publish'][1]:12.0f}   (madengine/asv: {m['import_s'] / m['publish'][0]:.2f}x the time, "
+              f"{m['import_cpu'] / m['publish'][2]:.2f}x the CPU, {m['import_mb'] / m['publish'][1]:.2f}x the memory)")
+    print(f"  {f'update-table of the next run ({n:,} rows)':44} {m['append_s']:8.1f} {m['append_cpu']:7.1f} "
+          f"{m['append_mb']:12.0f}   "
+          f"{check(m['append_s'] <= TARGET_APPEND_S, 'append')} (target <= {TARGET_APPEND_S:.0f} s, "
+          f"change detection complete: {check(m['complete'], 'complete')})")
+    print(f"  changes: {m['found']} of {len(steps(n))} step models found ({m['placed']} within 2 runs of the step); "
+          f"{m['false']} alert(s) among the {n - len(steps(n)):,} others; {m['alerts']} in all, over "
+          f"{m['imported']['series']:,} series")
+    failed += print_dashboard(m["api"], m["screen"], m["server"], m["rss_now"])
     print("all targets met" if not failed else f"MISSED: {', '.join(failed)}")
     return 1 if failed else 0
 

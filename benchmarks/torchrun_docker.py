@@ -10,10 +10,10 @@ by the first madengine run from the wheels of scripts/pyt-wheels.sh):
      ``torchrun --standalone --nproc_per_node=2`` of the same script with the same arguments
 
 The job is a fixed amount of work (matrix products and an all-reduce over gloo each iteration),
-sized once at the start so that B takes about ``SECONDS`` (default 20) on this machine. Prints the
+sized once at the start so that B takes about ``JOB_SECONDS`` (default 30) on this machine. Prints the
 medians and A / B (target ≤ 1.05).
 
-    scripts/pyt-wheels.sh && python3 benchmarks/torchrun_docker.py     [ROUNDS=5 SECONDS=20]
+    scripts/pyt-wheels.sh && python3 benchmarks/torchrun_docker.py     [ROUNDS=5 JOB_SECONDS=30]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from bytecode import compile_madengine
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
-SECONDS = float(os.environ.get("SECONDS_PER_JOB", os.environ.get("SECONDS", "20")))
+JOB_SECONDS = float(os.environ.get("JOB_SECONDS", "30"))
 IMAGE = "ci-bench_ddp_pyt"
 TARGET = 1.05
 SCRIPT = '''"""A fixed amount of data-parallel work: matrix products, then an all-reduce, per iteration."""
@@ -85,6 +85,17 @@ def bare(root: Path, iterations: int) -> list[str]:
             "torchrun", "--standalone", "--nproc_per_node=2", "work.py", "--iterations", str(iterations)]
 
 
+def job_size(root: Path, probe: int = 200) -> int:
+    """Iterations for about JOB_SECONDS of bare torchrun: the script's own rate (its loop alone),
+    and the start-up around it (the probe's wall time less its loop)."""
+    start = time.perf_counter()
+    out = subprocess.run(bare(root, probe), cwd=root, check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - start
+    rate = float(out.split("performance:")[-1].split()[0]) / 2  # iterations per second (2 ranks)
+    startup = max(0.0, wall - probe / rate)
+    return max(probe, int((JOB_SECONDS - startup) * rate))
+
+
 def main() -> int:
     if not (REPO / "wheels" / "pyt" / ".complete").is_file():
         print("run scripts/pyt-wheels.sh first (the torch image's build context)", file=sys.stderr)
@@ -96,8 +107,7 @@ def main() -> int:
         madengine = [sys.executable, "-m", "madengine", "run", "--tags", "bench", "--executor", "docker",
                      "--no-html", "--no-trace", "-o", "p.csv"]
         timed(madengine, root)  # builds the image once (from the torch image's cached layers)
-        probe = timed(bare(root, 100), root)  # sizes the job: about SECONDS of bare torchrun
-        iterations = max(100, int(100 * SECONDS / max(probe, 0.1)))
+        iterations = job_size(root)
         make_repo(root, iterations)
         ours, theirs = [], []
         for _ in range(ROUNDS):
@@ -106,7 +116,8 @@ def main() -> int:
         rows = (root / "p.csv").read_text().splitlines()
         subprocess.run(["docker", "rmi", "-f", IMAGE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"job                               : 2 ranks over gloo, {iterations} iterations, {ROUNDS} rounds (alternating)")
+    print(f"job                               : 2 ranks over gloo, {iterations} iterations, "
+          f"{ROUNDS} rounds (alternating)")
     print(f"madengine run --executor docker   : {a:7.3f} s median  {sorted(round(t, 2) for t in ours)}")
     print(f"docker run --rm ... torchrun      : {b:7.3f} s median  {sorted(round(t, 2) for t in theirs)}")
     print(f"difference                        : {a - b:+7.3f} s")

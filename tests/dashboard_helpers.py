@@ -98,6 +98,20 @@ class LiveServer:
         except urllib.error.HTTPError as error:
             return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
 
+    def post(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers, body) of a POST; redirects are not followed."""
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+
+        opener = urllib.request.build_opener(NoRedirect)
+        request = urllib.request.Request(self.base + path, data=body, headers=headers or {}, method="POST")
+        try:
+            with opener.open(request, timeout=30) as response:
+                return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
     def json(self, path: str, headers: dict[str, str] | None = None) -> Any:
         status, _, body = self.get(path, headers)
         assert status == 200, (path, status, body[:500])

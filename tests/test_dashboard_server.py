@@ -83,7 +83,8 @@ def test_series_one_point_per_run_and_the_changes_report_regressions_finds(live,
     assert all(p["n"] == 5 and p["min"] <= p["value"] <= p["max"] for p in series["points"])
     cli_changes = json.loads(cli("report", "regressions", "--db-url", results_url, "--json").stdout)["changes"]
     assert [c["after"]["run_id"] for c in series["changes"]] == [run_id(STEP_AT)]
-    assert [{k: v for k, v in c.items() if k != "in_view"} for c in series["changes"]] == cli_changes
+    assert [{k: v for k, v in c.items() if k not in ("in_view", "alert")} for c in series["changes"]] == cli_changes
+    assert series["changes"][0]["alert"]["state"] == "untriaged"  # the import made it an alert
     # the machine and time filters narrow the points, not the changes
     odd = live.json("/api/series?machine=node1&identity=" + q(gpt2["identity_key"]))
     assert [p["run_id"] for p in odd["points"]] == [run_id(k) for k in range(1, RUNS + 1, 2)]
@@ -326,9 +327,11 @@ def test_serve_command_bad_input_is_one_line(tmp_path):
 @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
 @given(st.dictionaries(st.sampled_from(["model", "tag", "status", "gpu_architecture", "executor", "machine", "since",
                                         "until", "identity", "kind", "run", "old", "new", "threshold", "across",
-                                        "page", "per_page", "other"]),
+                                        "state", "sort", "order", "page", "per_page", "other"]),
                        st.one_of(st.text(max_size=30), st.sampled_from(["FAILURE", "success", "2026-02-03", "3.5%",
-                                                                        "2026-02-03T10:00", "1", "0", "nan", "1e9"]))))
+                                                                        "2026-02-03T10:00", "1", "0", "nan", "1e9",
+                                                                        "invalid", "Untriaged", "vs_baseline", "desc",
+                                                                        "ASC"]))))
 def test_filters_parse_or_refuse_and_round_trip(params):
     try:
         filters = parse(params)
@@ -349,3 +352,115 @@ def test_filters_examples():
                 {"model": "a\nb"}):
         with pytest.raises(InputError):
             parse(bad)
+
+
+# --- alerts and triage -----------------------------------------------------------------------------
+
+def _gpt2_alert(serving, headers=None) -> dict:
+    alerts = serving.json("/api/alerts", headers)["items"]
+    assert [(a["model"], a["kind"], a["state"]) for a in alerts] == [("gpt2", "regression", "untriaged")]
+    return alerts[0]
+
+
+def test_alerts_are_set_with_the_token_only(results_url, tmp_path):
+    config = ServerConfig(url=parse_url(results_url), runs_dir=tmp_path, port=0)
+    reading = LiveServer(config)
+    try:
+        alert = _gpt2_alert(reading)
+        status, _, body = reading.post(f"/api/alerts/{alert['alert_id']}", b'{"state": "invalid", "by": "x"}')
+        assert status == 403 and "reads only" in json.loads(body)["error"]
+    finally:
+        reading.stop()
+    token = "triage-T0ken"
+    serving = LiveServer(ServerConfig(url=parse_url(results_url), runs_dir=tmp_path, port=0, token=token))
+    bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        path = f"/api/alerts/{alert['alert_id']}"
+        assert serving.post(path, b'{"state": "invalid", "by": "x"}')[0] == 401
+        cases = [(b'{"state": "bogus", "by": "x"}', 400, "state: unknown state"),
+                 (b'{"state": "invalid"}', 400, "by: say who decides"),
+                 (b'{"state": "invalid", "by": "x", "links": ["ftp://x"]}', 400, "link: not a commit hash"),
+                 (b'[1]', 400, "expected a JSON object"), (b'{not json', 400, "not valid JSON")]
+        for body, status, fragment in cases:
+            got = serving.post(path, body, bearer)
+            assert got[0] == status and fragment in json.loads(got[2])["error"], (body, got)
+        assert serving.post("/api/alerts/00000000", b'{"state": "fixed", "by": "x"}', bearer)[0] == 404
+        assert serving.post(path, b"x" * 20_000, bearer)[0] == 400  # a triage is a few lines
+        foreign = {**bearer, "Origin": "http://evil.example"}
+        assert serving.post(path, b'{"state": "invalid", "by": "x"}', foreign)[0] == 403
+        before = serving.json("/api/version", bearer)
+        status, _, body = serving.post(path, json.dumps({"state": "invalid", "note": "noise", "by": "carol",
+                                                         "links": ["https://example.com/i/7"]}).encode(), bearer)
+        assert status == 200 and json.loads(body)["state"] == "invalid", body
+        deadline = time.monotonic() + 5  # open pages learn it from the events stream (its version has the triage)
+        while serving.json("/api/version", bearer)["triage"] <= before["triage"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        stored = serving.json("/api/alerts?state=invalid", bearer)["items"][0]
+        assert (stored["note"], stored["updated_by"], stored["links"]) == ("noise", "carol", ["https://example.com/i/7"])
+        overview = serving.json("/api/overview", bearer)
+        assert overview["triage"]["total"] == 0
+        assert overview["precision"]["overall"] == {"alerts": 1, "triaged": 1, "invalid": 1, "untriaged": 0,
+                                                    "precision": 0.0, "invalid_share": 1.0}
+        # a page's form: urlencoded, with the session cookie, back to the page it came from
+        _, headers, _ = serving.get(f"/?token={token}")
+        cookie = headers["set-cookie"].split(";")[0]
+        form = urllib.parse.urlencode({"state": "acknowledged", "note": "", "link": "", "by": "dan",
+                                       "back": "/?model=gpt"}).encode()
+        status, headers, _ = serving.post(f"/alerts/{alert['alert_id']}", form, {
+            "Cookie": cookie, "Origin": "null", "Content-Type": "application/x-www-form-urlencoded"})
+        assert status == 303 and headers["location"] == f"/?model=gpt#alert-{alert['alert_id']}"
+        form = urllib.parse.urlencode({"state": "fixed", "by": "dan", "back": "https://evil.example/"}).encode()
+        status, headers, _ = serving.post(f"/alerts/{alert['alert_id']}", form, {"Cookie": cookie})
+        assert status == 303 and headers["location"] == f"/changes#alert-{alert['alert_id']}"  # only its own pages
+    finally:
+        serving.stop()
+    log = subprocess.run([sys.executable, "-m", "madengine", "report", "alerts", "show", alert["alert_id"], "--db-url",
+                          results_url, "--json"], capture_output=True, text=True, env={**os.environ,
+                                                                                      "PYTHONPATH": str(REPO / "src")})
+    assert [e["state"] for e in json.loads(log.stdout)["log"]] == ["invalid", "acknowledged", "fixed"], log.stderr
+
+
+def test_the_overview_sorts_and_groups_failures(live, results_url, tmp_path):
+    by_performance = live.json("/api/overview?sort=performance&order=desc")["results"]["items"]
+    figures = [float(i["latest"]["performance"]) for i in by_performance if i["latest"]["performance"]]
+    assert figures == sorted(figures, reverse=True) and len(figures) == 3
+    assert [i["model"] for i in live.json("/api/overview?sort=result")["results"]["items"]][0] == XSS
+    assert live.get("/api/overview?sort=nonsense")[0] == 400
+    overview = live.json("/api/overview")
+    assert [i["model"] for i in overview["broken"]["items"]] == ["resnet"]  # never passed: not a new failure
+    assert overview["new_failures"] == [] and overview["flaky"]["total"] == 0
+    # bert fails in the next run: failing now, passing before, never before: a new failure
+    update_table(append_records(tmp_path / "next.csv", [PerfRecord(
+        model="bert", status="FAILURE", reason="segfault", run_id="run13", started_at="2026-02-13T10:00:00Z",
+        metric="samples_per_second",
+        gpu_architecture="gfx942", gpu_vendor="AMD", executor="docker", n_gpus="1", tag_configs="bs=64")]), results_url)
+    overview = live.json("/api/overview")
+    assert [(i["model"], i["profile"]["kind"], i["profile"]["streak"]) for i in overview["new_failures"]] == \
+        [("bert", "new", 1)]
+    assert "segfault" in live.get("/")[2].decode()
+
+
+def test_serve_imports_perf_csv_files_first(tmp_path):
+    """--perf-csv: update-table's streamed import, then the dashboard over the result; bad input first."""
+    db = tmp_path / "served.db"
+    write_history(tmp_path / "perf.csv", runs=10)
+    process = _serve_process("--db-url", f"sqlite:///{db}", "--port", "0", "--perf-csv", str(tmp_path / "perf.csv"))
+    try:
+        imported = process.stderr.readline()
+        started = process.stderr.readline()
+        assert "perf.csv: 40 row(s), 40 imported, 0 already stored, 1 new alert(s)" in imported, imported
+        port = int(started.split("127.0.0.1:")[1].split("/")[0])
+        import urllib.request
+
+        overview = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/overview", timeout=10).read())
+        assert overview["totals"]["rows"] == 40 and overview["triage"]["total"] == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 143
+        process.stderr.close()
+    (tmp_path / "bad.csv").write_text("model,performance\n,1\n")
+    bad = run_process("report", "serve", "--db-url", f"sqlite:///{tmp_path / 'other.db'}", "--perf-csv",
+                      str(tmp_path / "bad.csv"), timeout=60)
+    assert bad.returncode == 2 and "bad.csv: line 2: empty 'model' cell" in bad.stderr, bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and not (tmp_path / "other.db").exists()

@@ -25,14 +25,16 @@ import mockupdb  # noqa: E402  (installed by the test extras; CI must have it)
 HANDSHAKE = ("ismaster", "isMaster", "hello")
 
 
+_COMPARISONS = {"$gt": lambda a, b: a is not None and a > b, "$gte": lambda a, b: a is not None and a >= b,
+                "$lt": lambda a, b: a is not None and a < b, "$lte": lambda a, b: a is not None and a <= b,
+                "$in": lambda a, b: a in b, "$nin": lambda a, b: a not in b}
+
+
 def _matches(document: dict, query: dict) -> bool:
     for key, wanted in query.items():
         value = document.get(key)
-        if isinstance(wanted, dict) and "$in" in wanted:
-            if value not in wanted["$in"]:
-                return False
-        elif isinstance(wanted, dict) and "$nin" in wanted:
-            if value in wanted["$nin"]:
+        if isinstance(wanted, dict) and set(wanted) <= set(_COMPARISONS):
+            if not all(_COMPARISONS[op](value, operand) for op, operand in wanted.items()):
                 return False
         elif value != wanted:
             return False
@@ -92,7 +94,7 @@ class FakeMongo:
         documents = [d for d in self._collection(request, "find").values()
                      if _matches(d, request.doc.get("filter") or {})]
         for key, direction in reversed(list((request.doc.get("sort") or {}).items())):
-            documents.sort(key=lambda d: d.get(key), reverse=direction < 0)
+            documents.sort(key=lambda d: (d.get(key) is not None, d.get(key)), reverse=direction < 0)
         if request.doc.get("limit"):
             documents = documents[:request.doc["limit"]]
         return request.ok(cursor={"id": 0, "ns": f"{request.doc['$db']}.{request.doc['find']}",
@@ -231,6 +233,39 @@ def test_upload_jobs_from_a_folder_upserts_one_document_per_run_id(workdir, cli,
 
 
 # --- the results store on MongoDB ----------------------------------------------------------------
+
+def _stepped(n: int, at: int) -> list[dict]:
+    return [dict(model="m", performance=100.0 * (1.1 if k >= at else 1.0) + (k % 3) * 0.2, run_id=f"run{k:03d}",
+                 started_at=f"2026-01-01T00:{k:02d}:00Z") for k in range(n)]
+
+
+def test_mongodb_keeps_series_states_and_alerts_like_sql(workdir, cli, mongo):
+    """The same importer as SQLite and MySQL: a step is an alert when update-table returns, the triage
+    is stored with who and when, and survives a re-import."""
+    url = mongo.uri + "/results"
+    write_perf_csv(workdir / "perf.csv", _stepped(30, 20))
+    result = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url, "--json")
+    assert result.code == 0, result
+    assert json.loads(result.stdout)["series"] == 1 and json.loads(result.stdout)["new_alerts"] == 1
+    [state] = mongo.collections[("results", "dlm_table_series")].values()
+    assert state["state"]["n_points"] == 30 and state["state"]["changes"] == [20] and state["statuses"] == "S" * 30
+    [alert] = mongo.collections[("results", "dlm_table_alerts")].values()
+    assert (alert["kind"], alert["after_run"], alert["state"]) == ("improvement", "run020", "untriaged")
+    # relative_change of the rows after the step: against the runs after it only (corrected in the series pass)
+    assert relative(fetch_run(url, "run023")[0])["baseline_avg"] == pytest.approx(110.2, abs=0.2)
+    marked = cli("report", "alerts", "set", alert["_id"], "--state", "expected", "--by", "erin", "--db-url", url)
+    assert marked.code == 0, marked
+    write_perf_csv(workdir / "more.csv", _stepped(32, 20)[30:])
+    assert cli("database", "update-table", "--csv-file-path", "more.csv", "--db-url", url).code == 0
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url).code == 0
+    [kept] = mongo.collections[("results", "dlm_table_alerts")].values()
+    assert (kept["_id"], kept["state"], kept["updated_by"]) == (alert["_id"], "expected", "erin")
+    assert next(iter(mongo.collections[("results", "dlm_table_series")].values()))["state"]["n_points"] == 32
+    listed = json.loads(cli("report", "alerts", "list", "--db-url", url, "--json").stdout)["alerts"]
+    assert [a["state"] for a in listed] == ["expected"]
+    log = [d for (db, c), docs in mongo.collections.items() if c == "dlm_table_alert_log" for d in docs.values()]
+    assert [(d["state"], d["by_name"]) for d in log] == [("expected", "erin")]
+
 
 def test_update_table_on_mongodb_is_idempotent_with_relative_change(workdir, cli, mongo):
     write_perf_csv(workdir / "perf.csv", history("m", [10, 20, 30, 40, 50, 60, 70]))

@@ -61,12 +61,12 @@ def database(server, tmp_path, monkeypatch):
     connection.close()
 
 
-def _rows(server, name, table="dlm_table"):
+def _rows(server, name, table="dlm_table", order="id"):
     import pymysql
 
     connection = _connect(server, name)
     with connection.cursor(pymysql.cursors.DictCursor) as cursor:
-        cursor.execute(f"SELECT * FROM `{table}` ORDER BY id")
+        cursor.execute(f"SELECT * FROM `{table}` ORDER BY {order}")
         rows = cursor.fetchall()
     connection.close()
     return rows
@@ -196,3 +196,31 @@ def test_database_down_then_up_loses_nothing(server, database, cli, tmp_path):
     finally:
         proxy.stop()
     assert len(_rows(server, name)) == 3
+
+
+def test_series_states_and_alerts_on_mariadb_match_sqlite(server, database, cli, tmp_path):
+    """The importer of every store: on MariaDB the same alerts, verdicts and relative_change as SQLite;
+    the triage is stored with who and when and survives re-imports and appends."""
+    name, url = database
+    rows = [dict(model="m", performance=100.0 * (1.1 if k >= 20 else 1.0) + (k % 3) * 0.2, run_id=f"run{k:03d}",
+                 started_at=f"2026-01-01T00:{k:02d}:00Z") for k in range(32)]
+    write_perf_csv(tmp_path / "perf.csv", rows[:30])
+    write_perf_csv(tmp_path / "more.csv", rows[30:])
+    first = cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", url, "--json")
+    assert first.code == 0 and json.loads(first.stdout)["new_alerts"] == 1, first
+    lite = f"sqlite:///{tmp_path / 'same.db'}"
+    assert cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", lite).code == 0
+    alerts = json.loads(cli("report", "alerts", "list", "--db-url", url, "--json").stdout)["alerts"]
+    same = json.loads(cli("report", "alerts", "list", "--db-url", lite, "--json").stdout)["alerts"]
+    keep = ("alert_id", "kind", "position", "after_run", "size_percent", "confidence", "latest")
+    assert [{k: a[k] for k in keep} for a in alerts] == [{k: a[k] for k in keep} for a in same]
+    assert cli("report", "alerts", "set", alerts[0]["alert_id"], "--state", "fixed", "--by", "frank",
+               "--link", "https://example.com/pr/1", "--db-url", url).code == 0
+    assert cli("database", "update-table", "--csv-file-path", str(tmp_path / "more.csv"), "--db-url", url).code == 0
+    assert cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", url).code == 0
+    [stored] = _rows(server, name, "dlm_table_alerts", "alert_id")
+    assert (stored["state"], stored["updated_by"], json.loads(stored["links"])) == \
+        ("fixed", "frank", ["https://example.com/pr/1"])
+    assert [r["state"] for r in _rows(server, name, "dlm_table_alert_log")] == ["fixed"]
+    assert [r["relative_change"] for r in _rows(server, name)][:30] == \
+        [r[0] for r in sqlite3.connect(tmp_path / "same.db").execute("SELECT relative_change FROM dlm_table ORDER BY id")]

@@ -93,10 +93,10 @@ def test_table_output_shows_tag_configs_beside_the_model(cli, pair):
     out = cli("report", "compare", *map(str, pair))
     lines = out.stdout.splitlines()
     assert lines[0].split() == ["result", "metric", "better", "old", "new", "n", "ratio", "95%", "CI", "change",
-                                "verdict"]
+                                "verdict", "by"]
     assert any(line.startswith("matmul [size=64] · docker") and line.rstrip().endswith("missing") for line in lines)
     worse = next(line for line in lines if line.startswith("lat_worse"))
-    assert worse.split()[-1] == "slower" and "10/10" in worse and "latency_ms" in worse
+    assert worse.split()[-3:] == ["slower", "U", "test"] and "10/10" in worse and "latency_ms" in worse
 
 
 def test_fail_on_regression_only_for_a_significant_slowdown(cli, pair, tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, require_service, run_process
+from conftest import FIXTURES, REPO, require_service, run_process
 from job_helpers import assert_no_marked_process, marked_context, new_mark
 from madengine.results import read_rows
 
@@ -345,8 +345,8 @@ def test_task_over_its_time_limit_is_a_timeout_row(timeout_job, cli, monkeypatch
 
 
 # -- torchrun on two nodes ---------------------------------------------------------------------------
-def _torch_context(mark: str) -> str:
-    return json.dumps(marked_context(mark, slurm={"executor": "local", "poll_interval": 0.3,
+def _torch_context(mark: str, executor: str = "local") -> str:
+    return json.dumps(marked_context(mark, slurm={"executor": executor, "poll_interval": 0.3,
                                                   "master_port": _free_port()}))
 
 
@@ -374,15 +374,48 @@ def test_torchrun_on_two_nodes_is_one_row_with_world_size_two(slurm_repo, slurm_
     assert _job_left(slurm_cluster, row) == ""
 
 
+@pytest.mark.docker
+def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, slurm_cluster, cli, docker_client):
+    """Each node's madengine runs its rank in a container of its own, on the host's network (the
+    other node reaches its rendezvous), in the repository's torch image."""
+    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
+                          timeout=900)
+    require_service("the pyt image's wheels", done.returncode == 0, done.stderr[-400:])
+    models = json.loads((slurm_repo / "models.json").read_text())
+    torch_model = next(m for m in models if m["name"] == "sl_torch")
+    models.append(dict(torch_model, name="tr_sl_docker", tags=["torchdocker"], dockerfile="docker/pyt",
+                       dockercontext=str(REPO / "wheels" / "pyt")))
+    (slurm_repo / "models.json").write_text(json.dumps(models))
+    (slurm_repo / "docker").mkdir(exist_ok=True)
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", slurm_repo / "docker" / "pyt.Dockerfile")
+    mark = new_mark()
+    try:
+        # built once here: the nodes then find the image up to date instead of building it at once
+        assert cli("build", "--tags", "torchdocker").code == 0
+        result = cli("run", "--tags", "torchdocker", "--executor", "slurm", "--partition", "multi",
+                     "-c", _torch_context(mark, executor="docker"))
+        assert result.code == 0, result
+        [row] = read_rows(slurm_repo / "perf.csv")
+        assert (row["status"], row["world_size"], row["nnodes"], row["node_n"]) == ("SUCCESS", "2", "2", "2"), row
+        assert row["image_id"].startswith("sha256:")
+        assert_no_marked_process(mark)
+        assert not [c.name for c in docker_client.containers.list(all=True) if "tr_sl_docker" in c.name]
+    finally:
+        for image in docker_client.images.list():
+            for tag in image.tags:
+                if tag.startswith("ci-tr_sl_docker"):
+                    docker_client.images.remove(tag, force=True)
+
+
 def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
     pytest.importorskip("torch")
     mark = new_mark()
-    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "30",
+    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "40",
                  "-c", _torch_context(mark))
     assert result.code == 1, result
     [row] = read_rows(slurm_repo / "perf.csv")
     assert row["status"] == "FAILURE" and row["world_size"] == "2"
-    assert row["reason"].startswith("node 1: timeout: model ran longer than 30 s; rank 1 (node 1, local rank 0) "
+    assert row["reason"].startswith("node 1: timeout: model ran longer than 40 s; rank 1 (node 1, local rank 0) "
                                     "was still running; every process of the job was ended"), row["reason"]
     assert_no_marked_process(mark)
     assert _job_left(slurm_cluster, row) == ""

@@ -361,3 +361,69 @@ def test_samples_parser_accepts_only_lists_of_finite_numbers(text):
     if text.strip():
         data = json.loads(text)
         assert isinstance(data, list) and len(data) == len(values)
+
+
+# --- judging against the history (madengine.stats.history) ---------------------------------------
+
+def test_a_history_reference_leaves_far_outliers_out_and_needs_ten_runs():
+    from madengine.stats import history
+
+    steady = [100.0 + (k % 5) * 0.5 for k in range(20)]
+    ref = history.reference([*steady, 400.0])
+    assert ref is not None and ref.n == 20 and ref.dropped == 1 and ref.scale == "log"
+    assert history.reference(steady[:9]) is None  # fewer than MIN_HISTORY
+    assert history.reference([5.0] * 12) is None  # no noise to judge by
+    assert history.reference([-1.0, 1.0] * 6).scale == "linear"
+
+
+def test_a_single_figure_is_judged_by_the_history_noise_with_its_false_alarm_rate():
+    from madengine.stats import history
+
+    rng = random.Random(3)
+    ref = history.reference([100 * rng.lognormvariate(0, 0.02) for _ in range(50)])
+    slower = history.judge(ref, [112.0], lower_is_better=True)
+    assert slower.verdict == "slower" and slower.false_alarm_rate == history.ALPHA
+    assert slower.method == "prediction interval: latest run vs 50 runs" and slower.p_value < 0.01
+    assert history.judge(ref, [112.0], lower_is_better=False).verdict == "faster"
+    assert history.judge(ref, [100.5], lower_is_better=True).verdict == "inconclusive"  # within the noise
+    assert history.judge(ref, [100.2, 99.9, 100.1], lower_is_better=True).verdict in ("unchanged", "inconclusive")
+    assert history.judge(ref, [102.0], lower_is_better=True, min_effect=0.05).verdict == "inconclusive"
+    assert history.judge(ref, [0.0], lower_is_better=True).verdict == "inconclusive"  # log history, figure <= 0
+
+
+def test_the_latest_run_is_judged_alone_and_with_the_two_before_it():
+    from madengine.stats import history
+
+    rng = random.Random(4)
+    flat = [100 * rng.lognormvariate(0, 0.02) for _ in range(50)]
+    assert history.judge_latest(flat[:5], [], lower_is_better=True) is None  # too little history
+    stepped = flat + [v * 1.05 for v in (100.0, 100.0, 100.0)]
+    verdict = history.judge_latest(stepped, [], lower_is_better=True)
+    assert verdict.verdict == "slower" and verdict.method == "prediction interval: latest 3 runs vs 50 runs"
+    assert verdict.false_alarm_rate == history.LATEST_ALPHA
+    # a change point among the latest three: the second test compares them with the segment before it
+    assert history.judge_latest(stepped, [50], lower_is_better=True).verdict == "slower"
+
+
+def test_history_verdicts_keep_their_false_alarm_rate_on_steady_noise():
+    """Seeded and small (the measured figures: benchmarks/stat_power.py): far from 1 % only by chance."""
+    from madengine.stats import history
+
+    rng = random.Random(2024)
+    alarms = 0
+    for _ in range(1500):
+        values = [100 * rng.lognormvariate(0, 0.02) for _ in range(51)]
+        alarms += history.judge(history.reference(values[:50]), values[50:], lower_is_better=True).verdict \
+            in ("slower", "faster")
+    assert alarms / 1500 <= 0.02
+
+
+def test_a_segment_that_began_before_the_values_is_held_to_its_whole_span():
+    """changepoint's extra_left: a change in a series' latest part is tested as in the whole series."""
+    rng = random.Random(9)
+    values = [100 * rng.lognormvariate(0, 0.02) for _ in range(60)]
+    found = changepoint.change_indexes(values)
+    strict = changepoint.change_indexes(values, extra_left=10_000)
+    assert set(strict) <= set(found)
+    step = values[:40] + [v * 1.2 for v in values[40:]]
+    assert changepoint.change_indexes(step, extra_left=400) == [40]

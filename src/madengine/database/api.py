@@ -1,9 +1,10 @@
-"""The operations behind ``madengine database``: one function per command, no printing.
+"""The operations behind ``madengine database`` and ``report alerts``: one function per command, no printing.
 
-perf.csv is the source of truth. Every import reads and checks the whole file before it connects,
-writes in one transaction (SQL) or with idempotent upserts (MongoDB), and skips rows already
-stored; when the database cannot be reached nothing is lost, and the next ``update-table`` of
-the same perf.csv brings the database up to date.
+perf.csv is the source of truth. Every import reads and checks the whole file before it connects
+(streamed: never held whole), writes in one transaction (SQL) or with idempotent upserts (MongoDB),
+and skips rows already stored; when the database cannot be reached nothing is lost, and the next
+``update-table`` of the same perf.csv brings the database up to date. The import itself is
+:mod:`madengine.database.importer` (rows in batches, then one pass per touched result series).
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
+from madengine.core.errors import InputError
+from madengine.core.events import Reporter
+from madengine.database import alerts as alertlib
+from madengine.database import importer
 from madengine.database import rows as rowlib
 from madengine.database.mongo import MongoStore, UploadResult, mongo_errors, upload
+from madengine.database.series import reference_values
 from madengine.database.sql import DEFAULT_TABLE, RunInfo, SqlStore, TableState, driver_errors
 from madengine.database.urls import DbUrl, check_identifier, resolve_mongo_url, resolve_sql_url
 
@@ -43,6 +49,8 @@ class ImportResult:
     already_stored: int  #: rows the database had from an earlier import
     enriched: int  #: rows whose empty cells --model-json-path filled
     table_created: bool
+    series: int = 0  #: result series whose changes and verdicts this import brought up to date
+    new_alerts: int = 0  #: changes found for the first time
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -65,44 +73,50 @@ def open_store(url: DbUrl, table: str, environ: Mapping[str, str], *, create: bo
 
 
 def create_table(db_url: str | None = None, environ: Mapping[str, str] | None = None,
-                 table: str = DEFAULT_TABLE) -> CreateResult:
-    """Create the results table (idempotent; adds columns a newer madengine defines)."""
+                 table: str = DEFAULT_TABLE, reporter: Reporter | None = None) -> CreateResult:
+    """Create the results table (idempotent; adds columns a newer madengine defines, and brings the
+    summary and history tables up to date with rows an earlier release wrote)."""
     environ = _environ(environ)
     url = resolve_sql_url(db_url, environ)
     with open_store(url, table, environ, create=True) as store:
         state: TableState = store.create_table()
+        importer.catch_up(store, reporter)
     return CreateResult(url.shown, table, state.created, state.added_columns)
 
 
 def update_table(csv_file_path: Path, db_url: str | None = None, environ: Mapping[str, str] | None = None,
                  model_json_path: Path | None = None, table: str = DEFAULT_TABLE,
-                 window: int = rowlib.BASELINE_WINDOW) -> ImportResult:
+                 reporter: Reporter | None = None) -> ImportResult:
     """Import the rows of a perf.csv that the database does not have yet.
 
-    Each new SUCCESS row gets ``relative_change`` against the mean of the ``window`` latest
-    SUCCESS rows of the same result identity after its last change point (``rows.Baselines``;
-    rows of this import count once inserted, in file order). A table of an earlier release is
-    migrated in place first (new columns, ``identity_key`` filled in).
+    The file is checked whole first (one streamed pass; bad input fails before any connection is
+    made), then imported in batches (:mod:`madengine.database.importer`): new SUCCESS rows get
+    ``relative_change`` against the latest runs of their result identity after its last change
+    point, every series the import touched gets its change points, verdict and alerts. A table of an
+    earlier release is migrated in place first. ``reporter`` gets progress lines on long imports.
     """
     environ = _environ(environ)
-    csv_file_path = Path(csv_file_path)
-    # bad input fails before any connection is made
-    import_rows = rowlib.to_import_rows(rowlib.read_perf_rows(csv_file_path))
-    enriched = 0
-    if model_json_path is not None:
-        enriched = rowlib.enrich_from_models(import_rows, rowlib.load_model_entries(Path(model_json_path)))
+    source = rowlib.PerfCsv(Path(csv_file_path))
+    total = source.check()
+    entries = rowlib.load_model_entries(Path(model_json_path)) if model_json_path is not None else None
     url = resolve_sql_url(db_url, environ)
+    enriched = 0
+
+    def batches() -> Iterator[list[rowlib.ImportRow]]:
+        nonlocal enriched
+        for batch in source.batches():
+            if entries is not None:
+                enriched += rowlib.enrich_from_models(batch, entries)
+            yield batch
+
     with open_store(url, table, environ, create=True) as store:
         state = store.create_table()
-        stored = store.existing_keys([row.key for row in import_rows])
-        new_rows = [row for row in import_rows if row.key not in stored]
-        baselines = rowlib.Baselines(store.recent_success, window)
-        for row in new_rows:
-            row.cells["relative_change"] = baselines.relative_change(row)
-        inserted = store.insert(new_rows, rowlib.now_text())
-    return ImportResult(url=url.shown, table=table, csv_file=str(csv_file_path), rows=len(import_rows),
-                        inserted=inserted, already_stored=len(import_rows) - inserted, enriched=enriched,
-                        table_created=state.created)
+        importer.catch_up(store, reporter)
+        outcome = importer.import_rows(store, batches(), total=total, reporter=reporter,
+                                       what=f"importing {source.path.name}")
+    return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=total,
+                        inserted=outcome.inserted, already_stored=total - outcome.inserted, enriched=enriched,
+                        table_created=state.created, series=outcome.series, new_alerts=outcome.new_alerts)
 
 
 def fetch_run(db_url: str | None, run_id: str, environ: Mapping[str, str] | None = None,
@@ -132,6 +146,25 @@ def fetch_history(db_url: str | None = None, environ: Mapping[str, str] | None =
         return store.fetch_history(models)
 
 
+def fetch_references(db_url: str | None, run_id: str, identity_keys: Sequence[str],
+                     environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE) -> dict[str, list[float]]:
+    """Per identity key: the figures of its stable segment up to and including run ``run_id``
+    (:func:`madengine.database.series.reference_values`), for the ones whose series state has that run
+    among its latest; {} for a table without series states."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        if not store.keeps_history():
+            return {}
+        found = {}
+        for key, state in store.load_states(list(identity_keys)).items():
+            values = reference_values(state, run_id)
+            if values:
+                found[key] = values
+        return found
+
+
 def list_runs(db_url: str | None = None, environ: Mapping[str, str] | None = None,
               table: str = DEFAULT_TABLE) -> list[RunInfo]:
     """Every run id of the results table, oldest first (rows without a run id are not listed)."""
@@ -149,3 +182,71 @@ def upload_mongodb(kind: str, file_path: Path, name: str, db_url: str | None = N
     environ = _environ(environ)
     url = resolve_mongo_url(db_url, environ)
     return upload(url, environ, kind, Path(file_path), name, database=database, collection=collection)
+
+
+# --- alerts (madengine report alerts, the dashboard's triage) ----------------------------------
+
+def _require_history(store: Store) -> None:
+    if not store.keeps_history():
+        raise InputError(f"table '{store.table}' keeps no alerts yet", path=store.url.shown,
+                         hint="'madengine database create-table' (or the next update-table) adds them")
+
+
+def find_alert(store: Store, alert_id: str) -> alertlib.Alert:
+    """The alert of this id, or of the one id this prefix (at least 6 characters) starts."""
+    wanted = (alert_id or "").strip().lower()
+    if len(wanted) < 6 or any(c not in "0123456789abcdef" for c in wanted):
+        raise InputError(f"not an alert id: {alert_id[:40]!r}", path="alert",
+                         hint="'madengine report alerts list' shows them (16 hex digits; 6 or more identify one)")
+    found = store.load_alerts(alert_ids=[wanted]) if len(wanted) == 16 else \
+        [a for a in store.load_alerts() if a.alert_id.startswith(wanted)]
+    if len(found) != 1:
+        raise InputError(f"{'no' if not found else 'more than one'} alert {wanted!r}", path="alert",
+                         hint="'madengine report alerts list' shows them")
+    return found[0]
+
+
+def triage_alert(store: Store, alert_id: str, decision: alertlib.Triage, now: str | None = None) -> alertlib.Alert:
+    """Set an alert's triage and log it, in the store's transaction."""
+    _require_history(store)
+    alert = alertlib.apply(find_alert(store, alert_id), decision, now or rowlib.now_text())
+    store.save_alerts([alert])
+    store.log_triage(alert)
+    return alert
+
+
+def list_alerts(db_url: str | None = None, environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE,
+                *, states: Sequence[str] = (), kinds: Sequence[str] = (), withdrawn: bool = False) -> list[alertlib.Alert]:
+    """The alerts of the results table, the most deserving first (regressions by size × confidence);
+    withdrawn ones (the detection no longer finds them) only with ``withdrawn``."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        _require_history(store)
+        alerts = store.load_alerts()
+    chosen = [a for a in alerts if (withdrawn or a.detected) and (not states or a.state in states)
+              and (not kinds or a.kind in kinds)]
+    return sorted(chosen, key=alertlib.priority)
+
+
+def set_alert(alert_id: str, decision: alertlib.Triage, db_url: str | None = None,
+              environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE) -> alertlib.Alert:
+    """Record a triage decision about one alert (``report alerts set``)."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        return triage_alert(store, alert_id, decision)
+
+
+def show_alert(alert_id: str, db_url: str | None = None, environ: Mapping[str, str] | None = None,
+               table: str = DEFAULT_TABLE) -> tuple[alertlib.Alert, list[dict[str, Any]]]:
+    """One alert and its triage log, oldest first."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        _require_history(store)
+        alert = find_alert(store, alert_id)
+        return alert, store.triage_log(alert.alert_id)

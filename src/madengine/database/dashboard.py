@@ -15,8 +15,10 @@ import threading
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from madengine.core.errors import InputError, MadEngineError
-from madengine.database import summary
+from madengine.database import history_tables, summary
+from madengine.database.alerts import Alert
 from madengine.database.rows import IDENTITY_COLUMN
+from madengine.database.series import SeriesState
 from madengine.database.sql import DEFAULT_TABLE, SqlStore, driver_errors
 from madengine.database.urls import DbUrl
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
@@ -72,10 +74,17 @@ class RunEntry:
 
 @dataclasses.dataclass(frozen=True)
 class Version:
-    """What changes when a row lands: the table exists, its newest row id."""
+    """What changes when a row lands or an alert is triaged: the table exists, its newest row id,
+    the newest triage step's id."""
 
     exists: bool
     max_id: int = 0
+    triage: int = 0
+
+    @property
+    def token(self) -> str:
+        """One text for both, as pages and the events stream carry it."""
+        return f"{self.max_id}.{self.triage}" if self.triage else str(self.max_id)
 
 
 def _identity_entry(values: Sequence[Any]) -> IdentityEntry:
@@ -147,17 +156,24 @@ class Reader:
 
     @staticmethod
     def _dicts(names: Sequence[str], wanted: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, str]]:
-        empty = dict.fromkeys(wanted, "")
-        return [{**empty, **{n: _text(v) for n, v in zip(names, row)}} for row in rows]
+        empty = dict.fromkeys(wanted, "") if list(names) != list(wanted) else {}
+        out = []
+        for row in rows:
+            # the common case, every cell text, stays in C (a run of thousands of rows per comparison)
+            record = dict(zip(names, row)) if set(map(type, row)) == {str} else \
+                {n: _text(v) for n, v in zip(names, row)}
+            out.append({**empty, **record} if empty else record)
+        return out
 
     # --- queries ---
 
     def version(self) -> Version:
-        """The table's newest row id; ``exists`` False while there is no database or table yet."""
+        """The table's newest row id and triage step; ``exists`` False while there is no database or table yet."""
         def work(store: SqlStore) -> Version:
             if not store.table_exists():
                 return Version(False)
-            return Version(True, int(store._execute("SELECT MAX(id) FROM {t}").fetchone()[0] or 0))
+            triage = history_tables.triage_version(store) if self._has_history(store) else 0
+            return Version(True, int(store._execute("SELECT MAX(id) FROM {t}").fetchone()[0] or 0), triage)
         try:
             return self._run(work)
         except InputError:  # no database file or database yet: the dashboard shows how to fill it
@@ -238,3 +254,29 @@ class Reader:
             return self._dicts(names, columns, rows)
         return self._run(work)
 
+
+    # --- series states and alerts (the history tables an import keeps) ---
+
+    def _has_history(self, store: SqlStore) -> bool:
+        if not getattr(self._local, "history", False):  # once there, they stay: ask until they are
+            self._local.history = history_tables.present(store)
+        return self._local.history
+
+    def has_history(self) -> bool:
+        """Whether the table has series states and alerts (a table an import of this release wrote)."""
+        try:
+            return self._run(self._has_history)
+        except InputError:
+            return False
+
+    def series_overview(self) -> dict[str, dict[str, Any]]:
+        """Per identity key: ``covered``, ``latest_run``, ``statuses``, ``verdict`` ({} without history)."""
+        return self._run(lambda store: history_tables.series_overview(store) if self._has_history(store) else {})
+
+    def alerts(self) -> list[Alert]:
+        """Every alert (withdrawn ones included); [] without history."""
+        return self._run(lambda store: history_tables.load_alerts(store) if self._has_history(store) else [])
+
+    def states(self, keys: Sequence[str]) -> dict[str, SeriesState]:
+        """The series states (tails included) of these identities."""
+        return self._run(lambda store: history_tables.load_states(store, keys) if self._has_history(store) else {})

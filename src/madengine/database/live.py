@@ -2,9 +2,9 @@
 
 perf.csv stays the primary record: the pipeline appends each row there first, then hands it to
 :class:`LiveRecorder`. A row gets the content key and ``relative_change`` that ``database
-update-table`` of the same perf.csv would give it (the same code: ``rows.to_import_rows``,
-``rows.Baselines``, ``SqlStore.insert`` or ``MongoStore.insert``), so a later ``update-table``
-adds nothing twice, and the summary tables of the dashboard stay current.
+update-table`` of the same perf.csv would give it (the same code: ``rows.to_import_rows`` and
+:func:`madengine.database.importer.import_rows`), so a later ``update-table`` adds nothing twice, and
+the summary tables, change points and alerts of the dashboard stay current row by row.
 
 A database that is down never fails a run: the first failure ends the recording for the rest of
 the run (no connect timeout per row) and :meth:`LiveRecorder.record` returns one warning saying how
@@ -22,6 +22,7 @@ from madengine.database.urls import DbUrl, parse_url
 # ``run`` asks recorder_url(), few record into a database
 
 ENV_VARIABLE = "MADENGINE_DB_URL"
+LOCK_WAIT_S = 10.0  #: how long a row waits for another import of the table (MySQL's named lock)
 
 
 def recorder_url(db_url: str | None, environ: Mapping[str, str]) -> DbUrl | None:
@@ -36,24 +37,22 @@ def recorder_url(db_url: str | None, environ: Mapping[str, str]) -> DbUrl | None
 class LiveRecorder:
     """Inserts perf.csv rows one at a time, as they are appended to perf.csv."""
 
-    def __init__(self, url: DbUrl, environ: Mapping[str, str], table: str | None = None,
-                 window: int | None = None) -> None:
-        from madengine.database import rows as rowlib
+    def __init__(self, url: DbUrl, environ: Mapping[str, str], table: str | None = None) -> None:
         from madengine.database.sql import DEFAULT_TABLE
 
         self.url = url
         self.environ = environ
         self.table = table or DEFAULT_TABLE
-        self.window = rowlib.BASELINE_WINDOW if window is None else window
         self.recorded = 0
         self.stopped = ""  #: why recording stopped ('' while it goes on)
         self._table_checked = False
-        self._seen: dict[str, int] = {}  # occurrences of identical rows, as update-table counts them in the file
+        self._seen: dict[bytes, int] = {}  # occurrences of identical rows, as update-table counts them in the file
 
     def record(self, cells: Mapping[str, str], perf_csv: str) -> str | None:
         """Insert one row (its perf.csv cells); the warning to show when the database failed, once."""
         if self.stopped:
             return None
+        from madengine.database import importer
         from madengine.database import rows as rowlib
         from madengine.database.api import open_store
 
@@ -62,10 +61,11 @@ class LiveRecorder:
         try:
             with open_store(self.url, self.table, self.environ, create=True) as store:
                 if not self._table_checked:
-                    store.create_table()  # the table, newer columns, summary tables (idempotent)
+                    store.create_table()  # the table, newer columns, summary and history tables (idempotent)
+                    importer.catch_up(store)
                     self._table_checked = True
-                row.cells["relative_change"] = rowlib.Baselines(store.recent_success, self.window).relative_change(row)
-                self.recorded += store.insert([row], rowlib.now_text())
+                # a run does not wait long behind a big import: its rows are in perf.csv, for later
+                self.recorded += importer.import_rows(store, [[row]], wait_s=LOCK_WAIT_S).inserted
         except Exception as exc:  # noqa: BLE001 - whatever the database did, the run goes on (perf.csv has the row)
             self.stopped = str(exc) if isinstance(exc, MadEngineError) else f"{type(exc).__name__}: {exc}"
             return (f"madengine: warning: the results database did not take the row of {row.cells['model']} "

@@ -3,7 +3,10 @@ of ``upload-mongodb``.
 
 Results collection (``create-table``/``update-table``/``list-runs``/``fetch_run``): one document per
 perf.csv row, ``_id`` = the row's content key, written with ``$setOnInsert`` upserts so a
-re-import changes nothing; ``seq`` orders documents by insertion.
+re-import changes nothing; ``seq`` orders documents by insertion. Beside it, as beside a SQL table
+(:mod:`madengine.database.history_tables`): ``<collection>_series`` (one document per result
+identity: its series state) and ``<collection>_alerts`` / ``<collection>_alert_log`` (alerts and
+their triage), kept by the same import (:mod:`madengine.database.importer`).
 
 ``upload-mongodb`` documents (see docs/database.md for their shape):
 
@@ -29,8 +32,12 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from madengine.core.errors import CredentialError, InputError, MadEngineError, ServiceError
 from madengine.core.values import MAX_TIMEOUT, brief, whole_number
-from madengine.database.rows import IDENTITY_COLUMN, GroupKey, ImportRow, content_keys, numeric_performances
+from madengine.database import alerts as alertlib
+from madengine.database.alerts import Alert
+from madengine.database.rows import IDENTITY_COLUMN, ImportRow, content_keys
+from madengine.database.series import ROW_COLUMNS, SeriesState
 from madengine.database.sql import EXTRA_COLUMN, HISTORY_COLUMNS, RunInfo, TableState
+from madengine.database.summary import text_hash
 from madengine.database.urls import DEFAULT_MONGO_DATABASE, DbUrl
 from madengine.results.columns import ALL_COLUMNS, Status
 from madengine.results.identity import ResultIdentity
@@ -122,6 +129,8 @@ class MongoStore:
         self.database = self.client[url.database or DEFAULT_MONGO_DATABASE]
         self.table = table
         self.collection = self.database[table]
+        self._next_seq = 0
+        self._keys: dict[int, str] = {}  # seq -> _id of the rows read for an import's series pass
 
     def __enter__(self) -> "MongoStore":
         return self
@@ -164,10 +173,111 @@ class MongoStore:
             found.update(d["_id"] for d in self.collection.find({"_id": {"$in": chunk}}, {"_id": 1}))
         return found
 
-    def recent_success(self, group: GroupKey, window: int) -> list[float]:
-        cursor = self.collection.find({IDENTITY_COLUMN: group, "status": Status.SUCCESS}, {"performance": 1, "_id": 0})
-        cursor = cursor.sort("seq", -1).limit(window * 4)
-        return numeric_performances(d.get("performance") for d in cursor)[:window]
+    # --- what an import needs (madengine.database.importer) ---
+
+    def begin_import(self, wait_s: float = 0.0) -> None:
+        """Nothing to lock: documents are upserted by content key and ordered by ``seq``."""
+
+    def mark(self) -> int:
+        """The newest ``seq``: documents an import inserts come after it."""
+        newest = list(self.collection.find({}, {"seq": 1, "_id": 0}).sort("seq", -1).limit(1))
+        self._next_seq = max(time.time_ns(), int(newest[0].get("seq") or 0) + 1 if newest else 0)
+        return int(newest[0].get("seq") or 0) if newest else 0
+
+    def bulk(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def _rows(self, query: dict[str, Any]) -> list[dict[str, str]]:
+        fields = {name: 1 for name in (*ROW_COLUMNS, IDENTITY_COLUMN, "seq") if name != "id"}
+        rows = []
+        for document in self.collection.find(query, fields).sort([(IDENTITY_COLUMN, 1), ("seq", 1)]):
+            row = {name: "" if document.get(name) is None else str(document.get(name))
+                   for name in (*ROW_COLUMNS, IDENTITY_COLUMN) if name != "id"}
+            row["id"] = str(document.get("seq") or 0)
+            self._keys[int(row["id"])] = document["_id"]
+            rows.append(row)
+        return rows
+
+    def new_rows(self, mark: int, keys: Sequence[str]) -> list[dict[str, str]]:
+        return self._rows({IDENTITY_COLUMN: {"$in": list(keys)}, "seq": {"$gt": mark}})
+
+    def has_rows_before(self, key: str, mark: int) -> bool:
+        return bool(list(self.collection.find({IDENTITY_COLUMN: key, "seq": {"$lte": mark}}, {"_id": 1}).limit(1)))
+
+    def identity_rows(self, key: str) -> list[dict[str, str]]:
+        return self._rows({IDENTITY_COLUMN: key})
+
+    def keeps_history(self) -> bool:
+        return True
+
+    def absorb(self, mark: int) -> None:
+        """No summary collections: nothing to bring up to date."""
+
+    @property
+    def _series(self) -> Any:
+        return self.database[self.table + "_series"]
+
+    @property
+    def _alerts(self) -> Any:
+        return self.database[self.table + "_alerts"]
+
+    def load_states(self, keys: Sequence[str]) -> dict[str, SeriesState]:
+        found = {}
+        for document in self._series.find({"_id": {"$in": [text_hash(k) for k in keys]}}):
+            key = str(document[IDENTITY_COLUMN])
+            found[key] = SeriesState.from_record(key, document["state"], str(document.get("statuses") or ""),
+                                                 document.get("verdict") or None)
+        return found
+
+    def save_states(self, states: Sequence[SeriesState]) -> None:
+        UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
+        requests = [UpdateOne({"_id": text_hash(s.key)}, {"$set": {
+            IDENTITY_COLUMN: s.key, "covered": s.covered, "latest_run": s.tail[-1].run if s.tail else "",
+            "statuses": s.statuses, "verdict": s.verdict, "state": s.to_record()}}, upsert=True) for s in states]
+        for start in range(0, len(requests), _BATCH):
+            self._series.bulk_write(requests[start:start + _BATCH], ordered=False)
+
+    def load_alerts(self, keys: Sequence[str] | None = None, alert_ids: Sequence[str] = ()) -> list[Alert]:
+        query: dict[str, Any] = {}
+        if alert_ids:
+            query = {"_id": {"$in": list(alert_ids)}}
+        elif keys is not None:
+            query = {"identity_hash": {"$in": [text_hash(k) for k in keys]}}
+        return [alertlib.from_record(d) for d in self._alerts.find(query)]
+
+    def save_alerts(self, alerts: Sequence[Alert]) -> None:
+        UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
+        requests = [UpdateOne({"_id": a.alert_id}, {"$set": {**a.to_json(), "identity_hash": text_hash(a.identity_key)}},
+                              upsert=True) for a in alerts]
+        for start in range(0, len(requests), _BATCH):
+            self._alerts.bulk_write(requests[start:start + _BATCH], ordered=False)
+
+    def log_triage(self, alert: Alert) -> None:
+        self.database[self.table + "_alert_log"].update_one(
+            {"_id": f"{alert.alert_id}:{time.time_ns()}"},
+            {"$set": {"alert_id": alert.alert_id, "state": alert.state, "note": alert.note, "links": alert.links,
+                      "by_name": alert.updated_by, "at": alert.updated_at}}, upsert=True)
+
+    def triage_log(self, alert_id: str) -> list[dict[str, Any]]:
+        return [{"state": d.get("state", ""), "note": d.get("note", ""), "links": list(d.get("links") or []),
+                 "by": d.get("by_name", ""), "at": d.get("at", "")}
+                for d in self.database[self.table + "_alert_log"].find({"alert_id": alert_id}).sort("_id", 1)]
+
+    def update_relative_change(self, updates: Sequence[tuple[int, str]]) -> None:
+        UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
+        requests = [UpdateOne({"_id": self._keys[row_id]}, {"$set": {"relative_change": text}})
+                    for row_id, text in updates]
+        for start in range(0, len(requests), _BATCH):
+            self.collection.bulk_write(requests[start:start + _BATCH], ordered=False)
+
+    def series_behind(self) -> list[str]:
+        newest: dict[str, int] = {}
+        for document in self.collection.find({}, {IDENTITY_COLUMN: 1, "seq": 1, "_id": 0}):
+            key = str(document.get(IDENTITY_COLUMN) or "")
+            newest[key] = max(newest.get(key, 0), int(document.get("seq") or 0))
+        covered = {str(d[IDENTITY_COLUMN]): int(d.get("covered") or 0)
+                   for d in self._series.find({}, {IDENTITY_COLUMN: 1, "covered": 1})}
+        return [key for key, seq in newest.items() if key and covered.get(key, -1) < seq]
 
     def fetch_history(self, models: Sequence[str] = ()) -> list[dict[str, str]]:
         query: dict[str, Any] = {"status": Status.SUCCESS}
@@ -180,7 +290,8 @@ class MongoStore:
     def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
         UpdateOne = _pymongo().UpdateOne  # noqa: N806 (the driver's class)
 
-        first_seq = time.time_ns()  # later imports sort after earlier ones
+        first_seq = max(time.time_ns(), self._next_seq)  # later imports and batches sort after earlier ones
+        self._next_seq = first_seq + len(rows)
         inserted = 0
         for start in range(0, len(rows), _BATCH):
             requests = []

@@ -13,13 +13,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import operator
 import sqlite3
 import sys
 from typing import Any, Iterator, Sequence
 
 from madengine.core.errors import ConfigError, CredentialError, InputError, MadEngineError, ServiceError
-from madengine.database import summary
-from madengine.database.rows import IDENTITY_COLUMN, GroupKey, ImportRow, numeric_performances
+from madengine.database import history_tables, summary
+from madengine.database.rows import IDENTITY_COLUMN, ImportRow
+from madengine.database.alerts import Alert
+from madengine.database.series import ROW_COLUMNS, SeriesState
 from madengine.database.urls import DbUrl, check_identifier
 from madengine.results.columns import ALL_COLUMNS, Status
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
@@ -30,6 +33,8 @@ EXTRA_COLUMN = "extra_columns"
 SQLITE_BUSY_TIMEOUT_S = 10.0
 MYSQL_CONNECT_TIMEOUT_S = 5.0
 MYSQL_IO_TIMEOUT_S = 120  # a server that dies mid-import must not hang the command
+SQLITE_IMPORT_CACHE_KB = 128 * 1024  # page cache of an importing connection
+MYSQL_LOCK_WAIT_S = 120  # how long an import waits for another one writing the same table
 _BATCH = 500
 _MYSQL_IDENTITY_INDEX = f"{IDENTITY_COLUMN}(255), status(16)"  # TEXT columns are indexed by prefix
 _RETRY_HINT = "perf.csv keeps every row: run 'madengine database update-table' again once it is reachable"
@@ -293,6 +298,7 @@ class SqlStore:
             self._fill_identity_keys()
         summary.ensure(self)
         self._summaries = summary.names(self.table) is not None
+        history_tables.ensure(self)
         return TableState(created=not existed, added_columns=tuple(added))
 
     # --- rows ---
@@ -305,12 +311,98 @@ class SqlStore:
             found.update(r[0] for r in self._execute(f"SELECT row_key FROM {{t}} WHERE row_key IN ({marks})", chunk))
         return found
 
-    def recent_success(self, group: GroupKey, window: int) -> list[float]:
-        """Performances of the newest SUCCESS rows of the identity ``group``, newest first."""
-        cursor = self._execute(
-            f"SELECT performance FROM {{t}} WHERE {IDENTITY_COLUMN} = ? AND status = ? ORDER BY id DESC LIMIT ?",
-            (group, Status.SUCCESS, window * 4))
-        return numeric_performances(r[0] for r in cursor.fetchall())[:window]
+    # --- what an import needs (madengine.database.importer) ---
+
+    def begin_import(self, wait_s: float = MYSQL_LOCK_WAIT_S) -> None:
+        """Be the table's only writer until the end of the transaction: rows with ids above
+        :meth:`mark` are then this import's own (SQLite: the write lock, waited for as the URL's
+        ``timeout`` says; MySQL: a named lock that every madengine writer of the table takes, waited
+        for ``wait_s``)."""
+        if self.dialect is SQLITE:
+            # the unique key and identity indexes of a million rows take random inserts: keep their pages
+            self.connection.execute(f"PRAGMA cache_size = -{SQLITE_IMPORT_CACHE_KB}")
+            if not self.connection.in_transaction:
+                self.connection.execute("BEGIN IMMEDIATE")
+            return
+        name = f"madengine:{self.url.database}.{self.table}"[:64]
+        got = self._execute("SELECT GET_LOCK(?, ?)", (name, wait_s)).fetchone()[0]
+        if got != 1:
+            raise ServiceError(f"another import has been writing table '{self.table}' for {wait_s:g} s",
+                               path=self.url.shown, hint=_RETRY_HINT)
+
+    def mark(self) -> int:
+        """The newest row id: rows an import inserts come after it."""
+        return int(self._execute("SELECT MAX(id) FROM {t}").fetchone()[0] or 0)
+
+    def bulk(self) -> contextlib.AbstractContextManager[None]:
+        """Around the inserts of an import into an empty table: SQLite builds the secondary indexes
+        once at the end (sorting a million entries beats a million B-tree inserts), inside the same
+        transaction; MySQL keeps them (its index DDL would commit the transaction)."""
+        return self._without_indexes() if self.dialect is SQLITE else contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def _without_indexes(self) -> Iterator[None]:
+        for suffix in ("_group", "_run", "_identity"):
+            self._execute(f"DROP INDEX IF EXISTS {self.dialect.q(self.table + suffix)}")
+        try:
+            yield
+        finally:
+            self._create_sqlite_indexes()
+
+    def new_rows(self, mark: int, keys: Sequence[str]) -> list[dict[str, str]]:
+        """The rows after ``mark`` of these identities (``series.ROW_COLUMNS`` and the identity key),
+        by identity then id."""
+        names = [*ROW_COLUMNS, IDENTITY_COLUMN]
+        marks = ", ".join("?" for _ in keys)
+        cursor = self._execute(f"SELECT {', '.join(self.dialect.q(n) for n in names)} FROM {{t}} "
+                               f"WHERE {IDENTITY_COLUMN} IN ({marks}) AND id > ? ORDER BY {IDENTITY_COLUMN}, id",
+                               (*keys, mark))
+        return [dict(zip(names, row)) for row in cursor.fetchall()]  # NULL cells stay None: readers use `or ""`
+
+    def has_rows_before(self, key: str, mark: int) -> bool:
+        return self._execute(f"SELECT id FROM {{t}} WHERE {IDENTITY_COLUMN} = ? AND id <= ? LIMIT 1",
+                             (key, mark)).fetchone() is not None
+
+    def identity_rows(self, key: str) -> list[dict[str, str]]:
+        """Every row of one identity (``series.ROW_COLUMNS``), by id."""
+        cursor = self._execute(f"SELECT {', '.join(self.dialect.q(n) for n in ROW_COLUMNS)} FROM {{t}} "
+                               f"WHERE {IDENTITY_COLUMN} = ? ORDER BY id", (key,))
+        return [dict(zip(ROW_COLUMNS, map(_text, row))) for row in cursor.fetchall()]
+
+    def keeps_history(self) -> bool:
+        return history_tables.names(self.table) is not None and history_tables.present(self)
+
+    def load_states(self, keys: Sequence[str]) -> dict[str, SeriesState]:
+        return history_tables.load_states(self, keys)
+
+    def save_states(self, states: Sequence[SeriesState]) -> None:
+        history_tables.save_states(self, states)
+
+    def load_alerts(self, keys: Sequence[str] | None = None, alert_ids: Sequence[str] = ()) -> list[Alert]:
+        return history_tables.load_alerts(self, keys, alert_ids)
+
+    def save_alerts(self, alerts: Sequence[Alert]) -> None:
+        history_tables.save_alerts(self, alerts)
+
+    def update_relative_change(self, updates: Sequence[tuple[int, str]]) -> None:
+        history_tables.update_relative_change(self, updates)
+
+    def log_triage(self, alert: Alert) -> None:
+        history_tables.log_triage(self, alert)
+
+    def triage_log(self, alert_id: str) -> list[dict[str, Any]]:
+        return history_tables.triage_log(self, alert_id)
+
+    def series_behind(self) -> list[str]:
+        tables = summary.names(self.table)
+        return history_tables.behind(self, tables[0]) if tables else []
+
+    def absorb(self, mark: int) -> None:
+        """Bring the summary tables up to date with the rows after ``mark`` (this import's)."""
+        if self._summaries is None:
+            self._summaries = summary.present(self)
+        if self._summaries:
+            summary.absorb(self, mark)
 
     def fetch_history(self, models: Sequence[str] = ()) -> list[dict[str, str]]:
         """The SUCCESS rows (``HISTORY_COLUMNS``) of every identity, or of ``models``, in insertion order.
@@ -330,40 +422,50 @@ class SqlStore:
         return [{**empty, **{name: _text(value) for name, value in zip(names, row)}} for row in cursor.fetchall()]
 
     def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
-        """Insert ``rows`` (a row whose key is already stored is skipped); returns how many were new."""
+        """Insert ``rows`` (a row whose key is already stored is skipped); returns how many were new.
+        The summary and history tables follow through :mod:`madengine.database.importer`."""
         q = self.dialect.q
         names = ["row_key", "created_date", *STORED_COLUMNS]
         statement = (f"{self.dialect.insert_ignore} INTO {{t}} ({', '.join(q(n) for n in names)}) "
                      f"VALUES ({', '.join('?' for _ in names)})")
         inserted = 0
+        cells_of = operator.itemgetter(*ALL_COLUMNS)
         for start in range(0, len(rows), _BATCH):
-            values = [(row.key, created_date, *(row.cells[n] for n in ALL_COLUMNS),
+            values = [(row.key, created_date, *cells_of(row.cells),
                        json.dumps(row.extra, ensure_ascii=False) if row.extra else "", row.group)
                       for row in rows[start:start + _BATCH]]
             cursor = self.connection.cursor()
             cursor.executemany(self._sql(statement), values)
             inserted += max(cursor.rowcount, 0)
-        if self._summaries is None:
-            self._summaries = summary.present(self)
-        if self._summaries and inserted:
-            summary.refresh(self, {row.group for row in rows}, {row.cells["run_id"] for row in rows})
         return inserted
 
-    def _perf_row(self, names: Sequence[str], values: Sequence[Any]) -> dict[str, str]:
-        record = dict(zip(names, values))
-        row = {name: _text(record.get(name)) for name in ALL_COLUMNS}
-        extra = _text(record.get(EXTRA_COLUMN))
-        if extra:
-            try:
-                row.update({k: _text(v) for k, v in json.loads(extra).items() if k not in row})
-            except (ValueError, AttributeError):
-                pass  # a hand-edited cell must not make the whole run unreadable
-        return row
+    @staticmethod
+    def _perf_rows(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, str]]:
+        """perf.csv-shaped rows (``fetch_run``): every column of ALL_COLUMNS, then the extra ones. A run
+        of thousands of rows: each row's cells are taken and zipped in C, fixed only where not text."""
+        empty = len(names)  # the index of the '' appended to each row: a column the table lacks
+        cells_of = operator.itemgetter(*(names.index(n) if n in names else empty for n in ALL_COLUMNS))
+        extra_at = names.index(EXTRA_COLUMN) if EXTRA_COLUMN in names else empty
+        out = []
+        for values in rows:
+            values = (*values, "")
+            cells = cells_of(values)
+            if None in cells or not all(map(str.__instancecheck__, cells)):
+                cells = tuple(map(_text, cells))
+            row = dict(zip(ALL_COLUMNS, cells))
+            extra = _text(values[extra_at])
+            if extra:
+                try:
+                    row.update({k: _text(v) for k, v in json.loads(extra).items() if k not in row})
+                except (ValueError, AttributeError):
+                    pass  # a hand-edited cell must not make the whole run unreadable
+            out.append(row)
+        return out
 
     def fetch_run(self, run_id: str) -> list[dict[str, str]]:
         cursor = self._execute("SELECT * FROM {t} WHERE run_id = ? ORDER BY id", (run_id,))
         names = [d[0] for d in cursor.description]
-        return [self._perf_row(names, values) for values in cursor.fetchall()]
+        return self._perf_rows(names, cursor.fetchall())
 
     def list_runs(self) -> list[RunInfo]:
         cursor = self._execute(

@@ -11,8 +11,9 @@ dashboard, ``madengine report serve``, reads them):
 
 They hold derived data only and are always made from the rows, never the other way round:
 
-* every insert (:meth:`SqlStore.insert`: ``database update-table`` and ``run --db-url``) recomputes
-  the entries of the identities and runs it touched, in the same transaction;
+* every import (``database update-table`` and ``run --db-url``, through
+  :mod:`madengine.database.importer`) adds its rows to the entries they belong to (:func:`absorb`:
+  one GROUP BY over the new rows only), in the same transaction;
 * ``create_table`` builds them from the rows when they are missing (a table of an earlier release is
   migrated in place) or when they no longer count every row (an earlier release wrote rows since).
 
@@ -73,7 +74,7 @@ def names(table: str) -> tuple[str, str] | None:
     return (ids, runs) if max(len(ids), len(runs)) <= MAX_NAME else None
 
 
-def _column_type(store: "SqlStore", name: str) -> str:
+def _column_type(store: SqlStore, name: str) -> str:
     mysql = store.dialect.name == "mysql"
     if name in _KEYS:
         return "CHAR(64) NOT NULL PRIMARY KEY" if mysql else "TEXT NOT NULL PRIMARY KEY"
@@ -82,14 +83,14 @@ def _column_type(store: "SqlStore", name: str) -> str:
     return "TEXT"
 
 
-def _create(store: "SqlStore", name: str, columns: Sequence[str]) -> None:
+def _create(store: SqlStore, name: str, columns: Sequence[str]) -> None:
     q = store.dialect.q
     body = ", ".join(f"{q(c)} {_column_type(store, c)}" for c in columns)
     suffix = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4" if store.dialect.name == "mysql" else ""
     store._execute(f"CREATE TABLE IF NOT EXISTS {q(name)} ({body}){suffix}")
 
 
-def _replace(store: "SqlStore", name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def _replace(store: SqlStore, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """REPLACE (SQLite and MySQL alike): an entry of the same key is swapped for the new one."""
     if not rows:
         return
@@ -122,7 +123,7 @@ def _run_entry(run_id: str, aggregates: Sequence[Any]) -> tuple[Any, ...]:
             _number(failure), _number(skipped), _number(models), _text(started), _text(created), _text(machine))
 
 
-def refresh(store: "SqlStore", identity_keys: Iterable[str], run_ids: Iterable[str]) -> None:
+def refresh(store: SqlStore, identity_keys: Iterable[str], run_ids: Iterable[str]) -> None:
     """Recompute the entries of these identities and runs from the rows (after an insert)."""
     tables = names(store.table)
     if tables is None:
@@ -143,35 +144,77 @@ def refresh(store: "SqlStore", identity_keys: Iterable[str], run_ids: Iterable[s
     _replace(store, runs_table, RUNS_COLUMNS, run_rows)
 
 
-def computed_identities(store: "SqlStore") -> list[tuple[Any, ...]]:
+def _stored_by(store: SqlStore, name: str, columns: Sequence[str], key: str,
+               values: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    q = store.dialect.q
+    found = {}
+    for start in range(0, len(values), 500):
+        chunk = list(values[start:start + 500])
+        marks = ", ".join("?" for _ in chunk)
+        for row in store._execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {q(name)} WHERE {q(key)} IN ({marks})",
+                                  chunk).fetchall():
+            found[str(row[0])] = row
+    return found
+
+
+def absorb(store: SqlStore, mark: int) -> None:
+    """Add the rows after ``mark`` (one import's, written while it was the table's only writer) to
+    the entries of their identities and runs: one GROUP BY over those rows. A run that had rows
+    before is recomputed from all of its rows (its distinct models cannot be added up)."""
+    tables = names(store.table)
+    if tables is None:
+        return
+    ids_table, runs_table = tables
+    new_ids = store._execute(f"SELECT {IDENTITY_COLUMN}, {_IDENTITY_AGGREGATES} FROM {{t}} WHERE id > ? AND "
+                             f"{IDENTITY_COLUMN} IS NOT NULL GROUP BY {IDENTITY_COLUMN}", (*STATUSES, mark)).fetchall()
+    stored = _stored_by(store, ids_table, IDS_COLUMNS, "identity_hash", [text_hash(_text(r[0])) for r in new_ids])
+    entries = []
+    for key, first, latest, rows, success, failure, skipped in new_ids:
+        old = stored.get(text_hash(_text(key)))
+        if old is not None:
+            before = dict(zip(IDS_COLUMNS, old))
+            first = before["first_id"]
+            rows, success, failure, skipped = (_number(a) + _number(before[c]) for a, c in
+                                               zip((rows, success, failure, skipped), COUNTS))
+        entries.append(_identity_entry(_text(key), (first, latest, rows, success, failure, skipped)))
+    _replace(store, ids_table, IDS_COLUMNS, entries)
+    new_runs = store._execute(f"SELECT run_id, {_RUN_AGGREGATES} FROM {{t}} WHERE id > ? AND run_id IS NOT NULL "
+                              "AND run_id <> '' GROUP BY run_id", (*STATUSES, mark)).fetchall()
+    known = _stored_by(store, runs_table, RUNS_COLUMNS, "run_hash", [text_hash(_text(r[0])) for r in new_runs])
+    _replace(store, runs_table, RUNS_COLUMNS, [_run_entry(_text(r[0]), r[1:]) for r in new_runs
+                                               if text_hash(_text(r[0])) not in known])
+    refresh(store, (), [_text(r[0]) for r in new_runs if text_hash(_text(r[0])) in known])
+
+
+def computed_identities(store: SqlStore) -> list[tuple[Any, ...]]:
     """The identity entries (``IDS_COLUMNS``) computed from the rows that have an identity key."""
     return [_identity_entry(_text(r[0]), r[1:]) for r in store._execute(
         f"SELECT {IDENTITY_COLUMN}, {_IDENTITY_AGGREGATES} FROM {{t}} WHERE {IDENTITY_COLUMN} IS NOT NULL "
         f"GROUP BY {IDENTITY_COLUMN}", STATUSES).fetchall()]
 
 
-def computed_runs(store: "SqlStore") -> list[tuple[Any, ...]]:
+def computed_runs(store: SqlStore) -> list[tuple[Any, ...]]:
     """The run entries (``RUNS_COLUMNS``) computed from the rows."""
     return [_run_entry(_text(r[0]), r[1:]) for r in store._execute(
         f"SELECT run_id, {_RUN_AGGREGATES} FROM {{t}} WHERE run_id IS NOT NULL AND run_id <> '' GROUP BY run_id",
         STATUSES).fetchall()]
 
 
-def stored_identities(store: "SqlStore") -> list[tuple[Any, ...]]:
+def stored_identities(store: SqlStore) -> list[tuple[Any, ...]]:
     return _stored(store, names(store.table)[0], IDS_COLUMNS)  # type: ignore[index]
 
 
-def stored_runs(store: "SqlStore") -> list[tuple[Any, ...]]:
+def stored_runs(store: SqlStore) -> list[tuple[Any, ...]]:
     return _stored(store, names(store.table)[1], RUNS_COLUMNS)  # type: ignore[index]
 
 
-def _stored(store: "SqlStore", name: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+def _stored(store: SqlStore, name: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
     q = store.dialect.q
     cursor = store._execute(f"SELECT {', '.join(q(c) for c in columns)} FROM {q(name)} ORDER BY first_id")
     return [tuple(_number(v) if c in _INTEGERS else _text(v) for c, v in zip(columns, row)) for row in cursor.fetchall()]
 
 
-def rebuild(store: "SqlStore") -> None:
+def rebuild(store: SqlStore) -> None:
     """Every entry anew from the rows (one GROUP BY per summary table)."""
     tables = names(store.table)
     if tables is None:
@@ -184,7 +227,7 @@ def rebuild(store: "SqlStore") -> None:
     _replace(store, runs_table, RUNS_COLUMNS, run_rows)
 
 
-def _exists(store: "SqlStore", name: str) -> bool:
+def _exists(store: SqlStore, name: str) -> bool:
     if store.dialect.name == "sqlite":
         query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
     else:
@@ -192,18 +235,18 @@ def _exists(store: "SqlStore", name: str) -> bool:
     return store._execute(query, (name,)).fetchone() is not None
 
 
-def present(store: "SqlStore") -> bool:
+def present(store: SqlStore) -> bool:
     tables = names(store.table)
     return tables is not None and all(_exists(store, name) for name in tables)
 
 
-def _count_matches(store: "SqlStore", name: str, where: str) -> bool:
+def _count_matches(store: SqlStore, name: str, where: str) -> bool:
     summed = store._execute(f"SELECT COALESCE(SUM(n_rows), 0) FROM {store.dialect.q(name)}").fetchone()[0]
     counted = store._execute(f"SELECT COUNT(*) FROM {{t}} WHERE {where}").fetchone()[0]
     return int(summed) == int(counted)
 
 
-def ensure(store: "SqlStore") -> bool:
+def ensure(store: SqlStore) -> bool:
     """Create the summary tables, and build them from the rows when new or not counting every row.
 
     Returns True when they were (re)built. Called by ``create_table`` after the rows' identity keys
@@ -235,7 +278,7 @@ class State:
         return self.present and self.covered_id == self.max_id
 
 
-def state(store: "SqlStore") -> State:
+def state(store: SqlStore) -> State:
     """Cheap (two indexed MAX queries): whether the summaries can answer for the table right now."""
     max_id = _number(store._execute("SELECT MAX(id) FROM {t}").fetchone()[0])
     if not present(store):

@@ -155,6 +155,8 @@ def find_job(job_id: str, results_dir: Path) -> SlurmJob:
 
 # -- waiting -----------------------------------------------------------------------------------
 _TASK_PREFIX = re.compile(r"^\[[^\]\s]+\] ")
+#: a row whose first failure is the stop Slurm sent (a multi-node row may name a node first)
+_STOPPED_FIRST = re.compile(r"^(node \d+: )?interrupted by SIG")
 
 
 class LogFollower:
@@ -365,7 +367,7 @@ class JobCollector:
         node = state.node if state else ""
         if reason is not None:  # Slurm stopped the task (time limit, scancel): its rows say so first
             for record in records:
-                if record.status == Status.FAILURE and "interrupted by SIG" in record.reason:
+                if record.status == Status.FAILURE and _STOPPED_FIRST.match(record.reason):
                     record.reason = f"{reason} ({record.reason})"
         if reason is None and not records:
             reason = "the task ended without writing a result row"

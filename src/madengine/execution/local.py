@@ -24,7 +24,7 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.provenance import Probe, ProbeCache, probe_local
 from madengine.execution.plan import local_key
-from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks
+from madengine.execution.proctree import COOKIE_VAR, end_step, handle, new_cookie, running_ranks
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 _KILL_GRACE = 5.0
@@ -136,6 +136,7 @@ class _Running:
         self.run_id = run_id
         self.proc = proc
         self.cookie = cookie
+        self.main = handle(proc.pid)  # taken now: the pid may be another process's once this one ended
         #: the ranks still running when the step was ended (named in a timeout's reason)
         self.ranks: tuple[int, ...] = ()
         self._ended = threading.Lock()
@@ -144,8 +145,8 @@ class _Running:
         """Timeout, Ctrl-C, SIGTERM, abort: the ranks still running are noted, then the whole step
         is ended (SIGTERM, then SIGKILL after the grace period)."""
         if self._ended.acquire(blocking=False):  # the first caller notes the ranks
-            self.ranks = running_ranks(self.proc.pid, self.cookie)
-        end_step(self.proc.pid, self.cookie, _KILL_GRACE)
+            self.ranks = running_ranks(self.main, self.cookie)
+        end_step(self.main, self.cookie, _KILL_GRACE)
         try:
             self.proc.wait(timeout=_KILL_GRACE)
         except subprocess.TimeoutExpired:

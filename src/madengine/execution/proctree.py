@@ -63,12 +63,22 @@ def marked_pids(cookie: str) -> list[int]:
     return found
 
 
-def step_processes(root: int | None, cookie: str) -> dict[int, psutil.Process]:
-    """Every live process of a step: the tree under ``root`` (when it still runs) and the marked ones."""
+def handle(pid: int) -> psutil.Process | None:
+    """The process ``pid`` as it is now: a handle that knows when it started, so a later call never
+    mistakes another process that got the pid for it."""
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def step_processes(root: psutil.Process | int | None, cookie: str) -> dict[int, psutil.Process]:
+    """Every live process of a step: the tree under ``root`` (a handle from :func:`handle`, when it
+    still runs: never a process that reused its pid) and the processes carrying ``cookie``."""
     found: dict[int, psutil.Process] = {}
-    if root:
+    parent = handle(root) if isinstance(root, int) else root
+    if parent is not None and parent.is_running():
         try:
-            parent = psutil.Process(root)
             for process in [parent, *parent.children(recursive=True)]:
                 found[process.pid] = process
         except psutil.Error:
@@ -97,7 +107,7 @@ def _signal(processes: Iterable[psutil.Process], signum: int) -> None:
             pass
 
 
-def end_step(root: int | None, cookie: str, grace: float = GRACE) -> int:
+def end_step(root: psutil.Process | int | None, cookie: str, grace: float = GRACE) -> int:
     """SIGTERM every process of the step, SIGKILL what is left after ``grace``, again until none
     is found; returns how many processes were signalled."""
     signalled: set[int] = set()
@@ -125,7 +135,7 @@ def _rank_of(pid: int) -> tuple[int, int] | None:
     return int(rank), int(local)
 
 
-def running_ranks(root: int | None, cookie: str) -> tuple[int, ...]:
+def running_ranks(root: psutil.Process | int | None, cookie: str) -> tuple[int, ...]:
     """The global ranks among the step's live processes (a rank's own children count once);
     call it before the step is ended."""
     processes = step_processes(root, cookie)
@@ -144,4 +154,4 @@ def running_ranks(root: int | None, cookie: str) -> tuple[int, ...]:
     return tuple(sorted(ranks))
 
 
-__all__ = ["COOKIE_VAR", "end_step", "marked_pids", "new_cookie", "running_ranks", "step_processes"]
+__all__ = ["COOKIE_VAR", "end_step", "handle", "marked_pids", "new_cookie", "running_ranks", "step_processes"]

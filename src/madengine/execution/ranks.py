@@ -17,6 +17,7 @@ Cause" block says which rank it was. A job ended at its timeout names the ranks 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -86,8 +87,13 @@ def _is_torchrun_file(path: Path, source: Path) -> bool:
 
 
 def _copy(source: Path, target: Path) -> Path:
+    """A rank log in the run folder: a hard link where it can be (long training logs are not
+    written twice; the work folder's name goes with the work folder), else a copy."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
     return target
 
 

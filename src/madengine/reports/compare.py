@@ -10,6 +10,12 @@ with a 95 % CI, ``--threshold`` the minimum effect size): ``faster``, ``slower``
 ``inconclusive``, in the metric's direction (:func:`madengine.reports.metrics.lower_is_better`).
 ``new``/``missing``: only the new/old side has figures for that identity.
 
+**Against the history.** When a side has fewer than 3 figures (one run each: the common nightly
+case) and the caller knows the result's history (``references``: the figures of its stable segment
+up to the old run, e.g. ``compare_runs`` from the results database), the new figures are judged
+against that history's own noise instead (:func:`madengine.stats.history.judge`: a prediction
+interval from the stable segment, 1 % false alarms). Every comparison says which ``method`` decided.
+
 Different environments are never mixed: a model that ran under docker on one side and locally on
 the other is ``missing`` + ``new`` unless ``across_environments`` is set, which pairs the one old
 and the one new environment of a (model, metric, tag configs) and records a warning naming what
@@ -19,6 +25,7 @@ differs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -27,11 +34,15 @@ from madengine.core.errors import InputError, ServiceError
 from madengine.reports.metrics import lower_is_better
 from madengine.reports.table import bulk, load_table
 from madengine.results.columns import Status
+from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.results.samples import SAMPLES_FILE, read_samples_file, row_samples
-from madengine.stats.compare import ALPHA, DEFAULT_MIN_EFFECT, compare_samples
+from madengine.stats import history as historylib
+from madengine.stats.compare import ALPHA, DEFAULT_MIN_EFFECT, MIN_SAMPLES, compare_samples
 
 VERDICTS = ("faster", "slower", "unchanged", "inconclusive", "new", "missing")
+MANN_WHITNEY = "Mann-Whitney U"
+TOO_FEW = "too few figures"
 DEFAULT_THRESHOLD = DEFAULT_MIN_EFFECT
 PERF_FILE = "perf.csv"
 
@@ -77,6 +88,8 @@ class Comparison:
     reason: str = ""
     new_identity: ResultIdentity | None = None  #: set when compared across environments
     environment_differences: list[str] = dataclasses.field(default_factory=list)
+    method: str = ""  #: what decided the verdict: Mann-Whitney U, a prediction interval from the history, ...
+    false_alarm_rate: float | None = None  #: how often this method calls an unchanged result faster/slower
 
     @property
     def model(self) -> str:
@@ -105,7 +118,8 @@ class Comparison:
             "ci95_high": _json_number(self.ci_high), "p_value": _json_number(self.p_value),
             "change_percent": None if self.change is None or not math.isfinite(self.change)
             else round(self.change * 100, 3),
-            "verdict": self.verdict, "reason": self.reason,
+            "verdict": self.verdict, "reason": self.reason, "method": self.method,
+            "false_alarm_rate": self.false_alarm_rate,
         }
 
 
@@ -131,6 +145,11 @@ class CompareResult:
 
 # --- grouping ----------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 16)  # a dashboard compares runs of thousands of results, again and again
+def _identity(fields: tuple[Any, ...]) -> ResultIdentity:
+    return ResultIdentity.from_row(dict(zip(IDENTITY_FIELDS, fields)))
+
+
 def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[ResultIdentity, Side]:
     """SUCCESS rows with figures, grouped by identity; a malformed ``perf_samples`` is an
     :class:`InputError` naming ``source`` and the row."""
@@ -145,7 +164,7 @@ def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[R
                              hint="perf_samples must be a JSON list of numbers, or empty") from None
         if not values:
             continue
-        side = groups.setdefault(ResultIdentity.from_row(row), Side())
+        side = groups.setdefault(_identity(tuple(map(row.get, IDENTITY_FIELDS))), Side())
         side.rows += 1
         side.samples.extend(values)
     return groups
@@ -176,8 +195,12 @@ def compare_rows(old_rows: Iterable[Mapping[str, str]], new_rows: Iterable[Mappi
 
 
 def compare_groups(old: dict[ResultIdentity, Side], new: dict[ResultIdentity, Side],
-                   threshold: float = DEFAULT_THRESHOLD, *, across_environments: bool = False) -> CompareResult:
-    """Compare two sides already grouped by :func:`group_samples` (a dashboard keeps a run's groups)."""
+                   threshold: float = DEFAULT_THRESHOLD, *, across_environments: bool = False,
+                   references: Mapping[ResultIdentity, Sequence[float] | historylib.Reference] | None = None
+                   ) -> CompareResult:
+    """Compare two sides already grouped by :func:`group_samples` (a dashboard keeps a run's groups).
+    ``references``: per old identity, the figures of its stable segment up to the old side, or their
+    :class:`~madengine.stats.history.Reference` made already (see the module docstring)."""
     if threshold < 0:
         raise InputError("the threshold cannot be negative", path="--threshold")
     pairs = {identity: identity for identity in old.keys() & new.keys()}
@@ -201,16 +224,27 @@ def compare_groups(old: dict[ResultIdentity, Side], new: dict[ResultIdentity, Si
         elif identity not in pairs:
             results.append(Comparison(identity, lower, old[identity], Side(), "missing"))
         else:
-            results.append(_compared(identity, pairs[identity], old[identity], new[pairs[identity]], lower, threshold))
+            results.append(_compared(identity, pairs[identity], old[identity], new[pairs[identity]], lower, threshold,
+                                     (references or {}).get(identity)))
     return CompareResult(results, warnings)
 
 
 def _compared(identity: ResultIdentity, new_identity: ResultIdentity, old: Side, new: Side, lower: bool,
-              threshold: float) -> Comparison:
-    outcome = compare_samples(old.samples, new.samples, lower_is_better=lower, min_effect=threshold, alpha=ALPHA)
+              threshold: float, reference: Sequence[float] | historylib.Reference | None = None) -> Comparison:
     differences = identity.environment_differences(new_identity)
+    other = new_identity if differences else None
+    if min(len(old.samples), len(new.samples)) < MIN_SAMPLES and reference:
+        ref = reference if isinstance(reference, historylib.Reference) else historylib.reference(reference)
+        if ref is not None:
+            verdict = historylib.judge(ref, new.samples, lower_is_better=lower, min_effect=threshold)
+            return Comparison(identity, lower, old, new, verdict.verdict, verdict.ratio, verdict.ci_low, verdict.ci_high,
+                              verdict.p_value, verdict.reason, other, differences, verdict.method,
+                              verdict.false_alarm_rate)
+    outcome = compare_samples(old.samples, new.samples, lower_is_better=lower, min_effect=threshold, alpha=ALPHA)
+    method = MANN_WHITNEY if outcome.p_value is not None else TOO_FEW
     return Comparison(identity, lower, old, new, outcome.verdict, outcome.ratio, outcome.ci_low, outcome.ci_high,
-                      outcome.p_value, outcome.reason, new_identity if differences else None, differences)
+                      outcome.p_value, outcome.reason, other, differences, method,
+                      ALPHA if outcome.p_value is not None else None)
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -256,13 +290,14 @@ compare_csv = compare_paths  # the name of earlier releases
 
 def compare_runs(db_url: str | None, old_run: str, new_run: str, threshold: float = DEFAULT_THRESHOLD,
                  environ: Mapping[str, str] | None = None, *, across_environments: bool = False) -> CompareResult:
-    """Compare two runs stored in the results database (``madengine database``).
+    """Compare two runs stored in the results database (``madengine database``); a result with too
+    few figures on a side is judged against its history there (see the module docstring).
 
     ``db_url`` None means the database's own default (``MADENGINE_DB_URL``, the ``TUNA_DB_*``
     variables, else the embedded SQLite file), read from ``environ``.
     """
     try:
-        from madengine.database import fetch_run
+        from madengine.database import fetch_references, fetch_run
     except ImportError as exc:
         raise ServiceError(f"the results database is not available in this installation ({exc})",
                            hint="compare two perf.csv files instead") from None
@@ -273,5 +308,11 @@ def compare_runs(db_url: str | None, old_run: str, new_run: str, threshold: floa
             raise InputError(f"run '{run_id}' has no rows in the database", path=flag,
                              hint="'madengine database list-runs' lists the stored runs")
         fetched[flag] = rows
-    return compare_rows(fetched["--old-run"], fetched["--new-run"], threshold, across_environments=across_environments,
-                        sources=(f"run {old_run}", f"run {new_run}"))
+    old = group_samples(fetched["--old-run"], f"run {old_run}")
+    new = group_samples(fetched["--new-run"], f"run {new_run}")
+    thin = [i for i, side in old.items()
+            if len(side.samples) < MIN_SAMPLES or (i in new and len(new[i].samples) < MIN_SAMPLES)]
+    by_key = {identity.key(): identity for identity in thin}
+    found = fetch_references(db_url, old_run, list(by_key), environ=environ) if thin else {}
+    return compare_groups(old, new, threshold, across_environments=across_environments,
+                          references={by_key[k]: v for k, v in found.items()})

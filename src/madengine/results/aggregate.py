@@ -279,6 +279,7 @@ def aggregate_logs(logs: Mapping[int, str | os.PathLike[str]], shape: JobShape) 
 _FOLLOWS = ("interrupted", "closed by peer", "reset by peer", "remote worker", "Broken pipe")
 _NAMES_A_RANK = re.compile(r"\brank \d+ \(node \d+")
 _REASON_LIMIT = 600
+_NO_ROW = "wrote no result row (see the job's log)"
 
 
 def job_rows(node_rows: Mapping[int, Sequence[Mapping[str, str]]], shape: JobShape) -> list[dict[str, str]]:
@@ -308,11 +309,12 @@ def _job_row(rows: Mapping[int, Mapping[str, str]], shape: JobShape) -> dict[str
     if durations:
         row["test_duration"] = f"{max(durations):.3f}"  # the job took as long as its slowest node
     failed = {node: r.get("reason", "") for node, r in rows.items() if r.get("status") == "FAILURE"}
-    if failed:
+    missing = [node for node in range(shape.nnodes) if node not in rows]
+    if failed:  # a node without a row most likely ended first (it could not even record)
+        failed.update({node: _NO_ROW for node in missing})
         return _failed(row, _failure_reason(failed))
     if all(r.get("status") == "SKIPPED" for r in rows.values()):
         return row
-    missing = [node for node in range(shape.nnodes) if node not in rows]
     if missing:
         return _failed(row, f"{_nodes(missing)} of {shape.nnodes} wrote no result row")
     job = aggregate([NodeFigure(node, as_number(r.get("performance", "")), r.get("metric", ""))
@@ -334,7 +336,7 @@ def _failure_reason(failed: Mapping[int, str]) -> str:
     follow another's (a peer gone, a stop from outside), then by node rank."""
     def order(node: int) -> tuple[bool, bool, int]:
         reason = failed[node]
-        return any(mark in reason for mark in _FOLLOWS), not _NAMES_A_RANK.search(reason), node
+        return any(mark in reason for mark in _FOLLOWS), not _NAMES_A_RANK.search(reason) and reason != _NO_ROW, node
 
     def said(node: int) -> str:
         reason = failed[node] or "failed"

@@ -39,6 +39,7 @@ from madengine.server.access import Guard
 from madengine.server.charts import trend_chart
 from madengine.server.config import ServerConfig
 from madengine.server.filters import Filters, parse
+from madengine.server.triage import endpoints as triage_endpoints
 from madengine.server.views import Dashboard
 
 STATIC = Path(__file__).parent / "static"
@@ -46,7 +47,7 @@ FRAGMENT_HEADER = "x-dashboard-fragment"
 POLL_S = 0.5  #: how often the events stream looks for new rows
 HEARTBEAT_S = 15.0
 NAV = (("overview", "/", "Overview"), ("trend", "/trend", "Trends"), ("runs", "/runs", "Runs"),
-       ("compare", "/compare", "Compare"), ("changes", "/changes", "Changes"))
+       ("compare", "/compare", "Compare"), ("changes", "/changes", "Alerts"))
 
 
 class Json(JSONResponse):
@@ -100,7 +101,7 @@ def render(request: Request, page: str, data: dict[str, Any], filters: Filters |
            title: str = "") -> HTMLResponse:
     """The page, or only its ``#live`` part when the page's script asks for a fresh copy."""
     template = templates().get_template(f"{page}.html.j2")
-    version = data.get("database", {}).get("version", 0)
+    version = data.get("database", {}).get("token", data.get("database", {}).get("version", 0))
     context = {"data": data, "f": filters or Filters(), "page": page, "nav": NAV, "title": title or page,
                "version": version, "path": request.url.path}
     if request.headers.get(FRAGMENT_HEADER) == "1":
@@ -178,7 +179,8 @@ class Versions:
         while True:
             try:
                 version = await run_in_threadpool(self.dashboard.version)
-                now = {"exists": version.exists, "version": version.max_id}
+                now = {"exists": version.exists, "version": version.max_id, "triage": version.triage,
+                       "token": version.token}
             except Exception as exc:  # noqa: BLE001 - the database went away (or worse): say so, keep watching
                 now = {"error": str(exc) if isinstance(exc, MadEngineError) else f"{type(exc).__name__}: {exc}"}
             if now != self.current:
@@ -201,6 +203,15 @@ class Versions:
                 yield ": heartbeat\n\n"
             if await request.is_disconnected():
                 return
+
+
+def _triage_routes(dashboard: Dashboard, config: ServerConfig) -> list[Route]:
+    """The alert-setting posts (:mod:`madengine.server.triage`), behind the same access guard."""
+    def error(message: str, status: int, api: bool, request: Request) -> Response:
+        return _error(message, status, api, request, dashboard)
+
+    form, api = triage_endpoints(dashboard, config.token, error)
+    return [Route("/alerts/{alert_id}", form, methods=["POST"]), Route("/api/alerts/{alert_id}", api, methods=["POST"])]
 
 
 def create_app(config: ServerConfig) -> Starlette:
@@ -234,7 +245,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/run", _view(d, d.run, api=False, page="run", title="Run")),
         # a page of 50 comparisons: the worst first, and quick to draw for runs of thousands of results
         Route("/compare", _view(d, d.compare, api=False, page="compare", title="Compare", defaults={"per_page": "50"})),
-        Route("/changes", _view(d, d.changes_view, api=False, page="changes", title="Changes")),
+        Route("/changes", _view(d, d.changes_view, api=False, page="changes", title="Alerts")),
         Route("/api/overview", _view(d, d.overview, api=True)),
         Route("/api/identities", _view(d, d.identities, api=True)),
         Route("/api/series", _view(d, d.one_series, api=True)),
@@ -243,6 +254,8 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/api/run", _view(d, d.run, api=True)),
         Route("/api/compare", _view(d, d.compare, api=True)),
         Route("/api/changes", _view(d, d.changes_view, api=True)),
+        Route("/api/alerts", _view(d, d.alerts_view, api=True)),
+        *_triage_routes(d, config),
         Route("/api/version", version),
         Route("/api/events", events),
         Route("/files/{path:path}", _files(d)),

@@ -1,16 +1,20 @@
-"""Change points of every result identity, found in the background and kept per identity.
+"""Change points of the result identities the results database keeps no alerts for, found in the background.
 
-The detection is `report regressions`' own (:func:`madengine.reports.regressions.series_from_rows`
-and :func:`~madengine.reports.regressions.changes_of`: one point per run, E-divisive means), so the
-dashboard marks and lists exactly the changes the CLI reports. It costs milliseconds per identity
-(about 8 ms for 500 runs), too much to do for thousands of identities in one request: a thread goes
-through them once at start and then again for each identity whose latest row changed; until it has
-been through all of them, views say how far it got. A trend computes its own identity at once.
+A table an import of this release wrote has its changes already (the alerts of
+:mod:`madengine.database.history_tables`, complete when the import returns). For a table an earlier
+release wrote (the dashboard never writes, so it cannot migrate it), or rows such a release added
+since, the detection is `report regressions`' own (:func:`madengine.reports.regressions.series_from_rows`
+and :func:`~madengine.reports.regressions.changes_of`: one point per run, E-divisive means). It costs
+milliseconds per identity (about 8 ms for 500 runs), too much to do for thousands of identities in one
+request: a thread goes through them once at start and then again for each identity whose latest row
+changed; until it has been through all of them, views say how far it got and about how long the rest
+takes. A trend computes its own identity at once.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Mapping, Sequence
 
 from madengine.database.dashboard import IdentityEntry, Reader
@@ -31,9 +35,14 @@ def detect(entry: IdentityEntry, rows: Sequence[Mapping[str, str]]) -> list[Chan
 class ChangeWatch:
     """Per identity: the changes of its rows up to its latest row id."""
 
-    def __init__(self, reader: Reader, entries: Callable[[], list[IdentityEntry]]) -> None:
+    def __init__(self, reader: Reader, entries: Callable[[], list[IdentityEntry]],
+                 covered: Callable[[Sequence[IdentityEntry]], set[str]] = lambda entries: set(),
+                 warm: Callable[[], None] = lambda: None) -> None:
         self.reader = reader
         self._entries = entries
+        self._covered = covered  #: the keys of the identities whose changes the database has: nothing to find
+        self._warm = warm  #: before each pass: what the pages read for the current data, made ahead of them
+        self._rate: float | None = None  #: seconds per identity of the background pass so far
         self._found: dict[str, tuple[int, list[Change]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -63,12 +72,21 @@ class ChangeWatch:
                 changes.extend(cached[1])
         return checked, changes
 
+    def estimate(self, left: int) -> float | None:
+        """About how many seconds the background pass needs for ``left`` more identities (None before
+        it has measured itself)."""
+        return None if self._rate is None else self._rate * left
+
     # --- the background pass ---
 
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="madengine-changes", daemon=True)
             self._thread.start()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -86,10 +104,18 @@ class ChangeWatch:
         self.reader.close()
 
     def _pass(self) -> None:
-        for entry in self._entries():
+        self._warm()
+        done, started = 0, time.monotonic()
+        entries = self._entries()
+        known = self._covered(entries)
+        for entry in entries:
             if self._stop.is_set():
                 return
+            if entry.key in known:
+                continue
             with self._lock:
                 cached = self._found.get(entry.key)
             if cached is None or cached[0] != entry.latest_id:
                 self.of(entry)
+                done += 1
+                self._rate = (time.monotonic() - started) / done

@@ -28,6 +28,11 @@ _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _DATETIME = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2})?$")
 KINDS = ("regression", "improvement", "change")
 VERDICTS = ("slower", "faster", "inconclusive", "new", "missing", "unchanged")
+STATES = ("untriaged", "acknowledged", "expected", "invalid", "fixed")  # madengine.database.alerts.STATES
+#: what the paged tables sort by (the overview's results, compare, alerts); each table takes its own
+SORTS = ("result", "metric", "status", "performance", "n", "cv", "vs_baseline", "run", "started", "machine", "rows",
+         "old", "new", "ratio", "change", "verdict", "weight", "size", "confidence", "state", "kind")
+ORDERS = ("asc", "desc")
 
 #: text filters and what they match
 TEXT_FIELDS = ("model", "tag", "gpu_architecture", "executor", "machine", "old", "new", "run")
@@ -53,6 +58,9 @@ class Filters:
     threshold: float = DEFAULT_THRESHOLD  #: compare: minimum effect size, percent
     across: bool = False  #: compare across environments
     verdict: str = ""  #: compare: only results with this verdict
+    state: str = ""  #: alerts: only this triage state
+    sort: str = ""  #: the column a paged table is sorted by ('' for its own order)
+    order: str = ""  #: asc | desc ('' for the column's natural order)
     page: int = 1
     per_page: int = PER_PAGE
 
@@ -169,6 +177,9 @@ def parse(params: Mapping[str, str]) -> Filters:
     values["status"] = _choice(params, "status", Status.ALL)
     values["kind"] = _choice(params, "kind", KINDS)
     values["verdict"] = _choice(params, "verdict", VERDICTS)
+    values["state"] = _choice(params, "state", STATES)
+    values["sort"] = _choice(params, "sort", SORTS)
+    values["order"] = _choice(params, "order", ORDERS)
     values["since"] = normalize_time(_text(params, "since"), "since")
     values["until"] = normalize_time(_text(params, "until"), "until", end=True)
     if values["since"] and values["until"] and values["since"] > values["until"]:

@@ -6,6 +6,13 @@ id): a page asked again before a row lands costs nothing, and a new row makes ev
 once. Results are grouped by :class:`~madengine.results.identity.ResultIdentity`; comparisons are
 ``report compare``'s (:func:`madengine.reports.compare.compare_rows`) and changes ``report
 regressions``' (:mod:`madengine.server.changes`), so the dashboard and the CLI give the same verdicts.
+
+A table an import of this release wrote also has its series states and alerts
+(:mod:`madengine.database.history_tables`): the overview puts first what needs a person (untriaged
+regressions by size × confidence, new failures, flaky results with their failure rate), colours
+"vs baseline" by the latest run's verdict against its history, and shows the detector's precision
+measured by triage; changes are the stored alerts, complete as soon as an import returns. A table of
+an earlier release falls back to finding change points in the background (``ChangeWatch``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from madengine.core.errors import InputError
+from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
 from madengine.reports.metrics import lower_is_better
@@ -28,6 +36,7 @@ from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.server import files
 from madengine.server.changes import ChangeWatch
+from madengine.server.history import SeriesCache
 from madengine.server.filters import VERDICTS, Filters, row_time
 from madengine.stats.compare import ALPHA
 
@@ -35,6 +44,8 @@ T = TypeVar("T")
 MAX_TRENDS = 12  #: identities charted on one trend page (narrow the filters for others)
 MAX_FAILURES = 50  #: failures listed first on the overview
 RECENT_CHANGES = 10  #: changes on the overview
+MAX_TRIAGE = 20  #: untriaged regressions on the first screen (the alerts page lists them all)
+MAX_FLAKY = 20  #: flaky results listed in their group on the overview
 #: compare verdicts in the order a person reads them: what got worse first, what did not change last
 VERDICT_ORDER = VERDICTS
 HOW_TO_FILL = ("madengine run --tags TAGS --db-url URL",
@@ -92,31 +103,120 @@ def _change_json(change: Change) -> dict[str, Any]:
     return change.to_json()
 
 
-def _change_time(change: Change) -> tuple[str, str]:
-    return change.after_run.started_at, change.after_run.run
+def failure_profile(latest_status: str, statuses: str, failures: int, successes: int) -> dict[str, Any]:
+    """How a result has been failing: ``new`` (failing now, passing before, never failed before this
+    streak), ``flaky`` (failing now and on and off before), ``failing`` (no pass in the window), or
+    ``passing``; with the failure rate over the latest runs the series state keeps (``statuses``:
+    S/F/K per row, oldest first; the identity's FAILURE and SUCCESS counts when there is none)."""
+    window = statuses or ("F" if latest_status == Status.FAILURE else "S")
+    rate = window.count("F") / len(window)
+    streak = len(window) - len(window.rstrip("F"))
+    if latest_status != Status.FAILURE:
+        kind = "passing"
+    elif "S" not in window and (statuses or not successes):
+        kind = "failing"
+    elif failures <= streak:
+        kind = "new"
+    else:
+        kind = "flaky"
+    return {"kind": kind, "failure_rate": round(rate, 4), "runs": len(window), "streak": streak}
+
+
+def significance(verdict: Mapping[str, Any] | None) -> str:
+    """What colours "vs baseline": ``slower``/``faster`` (the latest run is outside its history's
+    band), ``noise`` (inside it), '' (no verdict)."""
+    if not verdict:
+        return ""
+    return verdict["verdict"] if verdict["verdict"] in ("slower", "faster") else "noise"
+
+
+def _number_or(value: Any, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if math.isfinite(number) else default
+
+
+#: how each sortable column of the overview's results orders an item (missing figures go last)
+RESULT_SORTS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "result": lambda i: i["label"].lower(),
+    "metric": lambda i: i["metric"],
+    "status": lambda i: i["latest"]["status"],
+    "performance": lambda i: _number_or(i["latest"]["performance"], -math.inf),
+    "n": lambda i: _number_or(i["latest"]["perf_n"], -math.inf),
+    "cv": lambda i: _number_or(i["latest"]["perf_cv"], -math.inf),
+    "vs_baseline": lambda i: _number_or(i["vs_baseline"]["change_percent"] if i["vs_baseline"] else None, -math.inf),
+    "run": lambda i: i["latest"]["run_id"],
+    "started": lambda i: i["latest"]["started_at"],
+    "machine": lambda i: i["latest"]["machine_name"],
+    "rows": lambda i: i["rows"],
+}
+DESCENDING_FIRST = frozenset(("performance", "n", "cv", "vs_baseline", "started", "rows", "weight", "size", "confidence",
+                              "ratio", "change"))
+
+
+def sort_items(items: Sequence[T], filters: Filters, keys: Mapping[str, Callable[[T], Any]]) -> list[T]:
+    """``items`` in the order the URL asks (``sort``, ``order``); as they are for no (or another table's) column."""
+    key = keys.get(filters.sort)
+    if key is None:
+        return list(items)
+    descending = filters.order == "desc" if filters.order else filters.sort in DESCENDING_FIRST
+    return sorted(items, key=key, reverse=descending)
+
+
+def _vs_baseline(verdict: Mapping[str, Any] | None, relative: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The latest run against its baseline: the history verdict (change, method, p, false-alarm rate)
+    when the series has one, else the row's ``relative_change`` (no significance)."""
+    if verdict:
+        return {"change_percent": verdict.get("change_percent"), "significance": significance(verdict),
+                "verdict": verdict["verdict"], "method": verdict.get("method", ""), "p_value": verdict.get("p_value"),
+                "false_alarm_rate": verdict.get("false_alarm_rate"), "reason": verdict.get("reason", "")}
+    if relative and relative.get("pct_change") is not None:
+        return {"change_percent": relative["pct_change"], "significance": "", "verdict": "", "p_value": None,
+                "method": f"against the mean of the latest {relative.get('sample_count', '')} runs (relative_change)",
+                "false_alarm_rate": None, "reason": ""}
+    return None
 
 
 class Memo:
-    """Values computed for a data version, at most ``size`` of them (least recently used out first)."""
+    """Values computed for a data version, at most ``size`` of them (least recently used out first).
+    A value asked for by several threads at once is computed once: the others wait for it."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._values: collections.OrderedDict[tuple[Any, ...], tuple[int, Any]] = collections.OrderedDict()
+        self._values: collections.OrderedDict[tuple[Any, ...], tuple[Any, Any]] = collections.OrderedDict()
         self._lock = threading.Lock()
+        self._computing: dict[tuple[Any, ...], threading.Lock] = {}
 
-    def get(self, key: tuple[Any, ...], version: int, compute: Callable[[], T]) -> T:
+    def _hit(self, key: tuple[Any, ...], version: Any) -> tuple[bool, Any]:
         with self._lock:
             hit = self._values.get(key)
             if hit is not None and hit[0] == version:
                 self._values.move_to_end(key)
-                return hit[1]
-        value = compute()
+                return True, hit[1]
+            return False, None
+
+    def get(self, key: tuple[Any, ...], version: Any, compute: Callable[[], T]) -> T:
+        found, value = self._hit(key, version)
+        if found:
+            return value
+        with self._lock:
+            computing = self._computing.setdefault(key, threading.Lock())
+        with computing:
+            found, value = self._hit(key, version)  # another thread made it meanwhile
+            if found:
+                return value
+            value = compute()
+            self._store(key, version, value)
+        return value
+
+    def _store(self, key: tuple[Any, ...], version: Any, value: Any) -> None:
         with self._lock:
             self._values[key] = (version, value)
             self._values.move_to_end(key)
             while len(self._values) > self.size:
                 self._values.popitem(last=False)
-        return value
 
 
 class Dashboard:
@@ -128,7 +228,7 @@ class Dashboard:
         self.url_shown = url_shown
         self.table = table
         self.cwd = cwd or Path.cwd()
-        self.changes = ChangeWatch(reader, self.entries)
+        self.changes = ChangeWatch(reader, self.entries, self.covered, self.warm)
         # what is kept, per data version (least recently used first out): sized so that a server over a
         # million rows stays small (a run's full rows are megabytes; its compare groups far less)
         self._latest = Memo(4)  # identities, their latest rows, runs
@@ -136,8 +236,21 @@ class Dashboard:
         self._run_rows = Memo(2)
         self._groups = Memo(32)  # per run: its samples grouped by identity, for comparisons
         self._compared = Memo(8)
+        self._history = Memo(2)  # alerts (per triage version)
+        self._references = Memo(8)  # per old run: the history each result is judged against
+        self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
 
     # --- data versions ---
+
+    def warm(self) -> None:
+        """Make what the pages read for the current data (the background pass calls it), so that the
+        first request after rows land does not pay for it."""
+        version = self.version()
+        if version.exists:
+            self._items(version)
+            self._alerts(version)
+            self.tails.refresh(self._series_states(version))
+            self.tails.prepare(stop=lambda: self.changes.stopping)
 
     def version(self) -> Version:
         return self.reader.version()
@@ -153,19 +266,26 @@ class Dashboard:
         def compute() -> list[dict[str, Any]]:
             entries = self.entries()
             latest = self.reader.rows_by_id([e.latest_id for e in entries])
-            items = [self._item(e, latest.get(e.latest_id, {})) for e in entries]
+            series = self.reader.series_overview()
+            items = [self._item(e, latest.get(e.latest_id, {}), series.get(e.key)) for e in entries]
             items.sort(key=lambda i: (i["latest"]["status"] != Status.FAILURE, i["label"].lower(), i["identity_key"]))
             return items
         return self._latest.get(("items",), version.max_id, compute)
 
     @staticmethod
-    def _item(entry: IdentityEntry, row: Mapping[str, str]) -> dict[str, Any]:
+    def _item(entry: IdentityEntry, row: Mapping[str, str], series: Mapping[str, Any] | None) -> dict[str, Any]:
         latest = {name: row.get(name, "") for name in ("status", "performance", "reason", "run_id", "started_at",
                                                       "machine_name", "tags", "perf_n", "perf_cv", "created_date")}
         latest["id"] = entry.latest_id
         latest["relative_change"] = _relative_change(row.get("relative_change", ""))
+        # a verdict on an earlier run than the latest row (which failed) says nothing about it
+        verdict = series["verdict"] if series and series["verdict"] and \
+            series["verdict"].get("run_id") == latest["run_id"] and latest["status"] == Status.SUCCESS else None
         return {**identity_json(entry.identity), "rows": entry.rows, "success": entry.success,
-                "failure": entry.failure, "skipped": entry.skipped, "latest": latest}
+                "failure": entry.failure, "skipped": entry.skipped, "latest": latest,
+                "vs_baseline": _vs_baseline(verdict, latest["relative_change"]),
+                "profile": failure_profile(latest["status"], series["statuses"] if series else "", entry.failure,
+                                           entry.success)}
 
     def _runs(self, version: Version) -> list[RunEntry]:
         return self._latest.get(("runs",), version.max_id, self.reader.runs)
@@ -180,7 +300,8 @@ class Dashboard:
         return self._groups.get((run_id,), version.max_id, compute)
 
     def database(self, version: Version) -> dict[str, Any]:
-        return {"url": self.url_shown, "table": self.table, "exists": version.exists, "version": version.max_id}
+        return {"url": self.url_shown, "table": self.table, "exists": version.exists, "version": version.max_id,
+                "triage": version.triage, "token": version.token}
 
     def _empty(self, version: Version, **extra: Any) -> dict[str, Any]:
         return {"database": self.database(version), "empty": True, "how_to_fill": list(HOW_TO_FILL), **extra}
@@ -211,7 +332,8 @@ class Dashboard:
     # --- views ---
 
     def overview(self, filters: Filters) -> dict[str, Any]:
-        """Latest row per identity (failures first), status counts, recent changes."""
+        """What needs a person first (untriaged regressions, new failures, flaky results), then the
+        latest row per identity (failures first, or as ``sort`` asks), status counts, changes, precision."""
         version = self.version()
         if not version.exists:
             return self._empty(version)
@@ -223,15 +345,85 @@ class Dashboard:
         for item in items:
             status = item["latest"]["status"] or "(none)"
             counts[status] = counts.get(status, 0) + 1
-        page, paging = _page(items, filters)
+        page, paging = _page(sort_items(items, filters, RESULT_SORTS), filters)
         runs = self._runs(version)
+        failing = [i for i in items if i["latest"]["status"] == Status.FAILURE]
         return {"database": self.database(version), "empty": False, "filters": filters.query(),
                 "totals": {"rows": sum(i["rows"] for i in every), "identities": len(every), "runs": len(runs),
                            "latest_run": runs[-1].run_id if runs else ""},
-                "counts": counts,
-                "failures": [i for i in items if i["latest"]["status"] == Status.FAILURE][:MAX_FAILURES],
+                "counts": counts, "failures": failing[:MAX_FAILURES], **self._failure_groups(failing),
+                "triage": self._triage(items, version), "precision": self._precision(items, version),
                 "changes": self._changes_summary(items, RECENT_CHANGES),
                 "results": {**paging, "items": page}, "facets": self.facets(every)}
+
+    @staticmethod
+    def _failure_groups(failing: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The results failing now, by how: new failures first, flaky ones (by failure rate), broken ones."""
+        groups: dict[str, list[Mapping[str, Any]]] = {"new": [], "flaky": [], "failing": []}
+        for item in failing:
+            groups.get(item["profile"]["kind"], groups["flaky"]).append(item)
+        flaky = sorted(groups["flaky"], key=lambda i: (-i["profile"]["failure_rate"], i["label"].lower()))
+        return {"new_failures": groups["new"],
+                "flaky": {"total": len(flaky), "items": flaky[:MAX_FLAKY], "more": max(len(flaky) - MAX_FLAKY, 0)},
+                "broken": {"total": len(groups["failing"]), "items": groups["failing"][:MAX_FLAKY],
+                           "more": max(len(groups["failing"]) - MAX_FLAKY, 0)}}
+
+    # --- alerts (the history tables) ---
+
+    def _alerts(self, version: Version) -> list[alertlib.Alert]:
+        return self._history.get(("alerts",), version.token, self.reader.alerts) if version.exists else []
+
+    def _triage(self, items: Sequence[Mapping[str, Any]], version: Version) -> dict[str, Any]:
+        """Untriaged regressions the detection still finds, of the results shown, by size × confidence."""
+        labels = {i["identity_key"]: i for i in items}
+        waiting = sorted((a for a in self._alerts(version) if a.detected and a.state == alertlib.UNTRIAGED
+                          and a.kind == "regression" and a.identity_key in labels), key=alertlib.priority)
+        return {"available": self.reader.has_history(), "total": len(waiting),
+                "items": [self._alert_json(a, labels[a.identity_key]) for a in waiting[:MAX_TRIAGE]],
+                "more": max(len(waiting) - MAX_TRIAGE, 0)}
+
+    def _precision(self, items: Sequence[Mapping[str, Any]], version: Version) -> dict[str, Any]:
+        wanted = {i["identity_key"] for i in items}
+        return alertlib.precision(a for a in self._alerts(version) if a.identity_key in wanted)
+
+    @staticmethod
+    def _alert_json(alert: alertlib.Alert, item: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        label = item["label"] if item else alert.change.get("identity", alert.model)
+        return {**alert.to_json(), "label": label, "lower_is_better": alert.change.get("lower_is_better", False),
+                "before_mean": alert.change.get("before", {}).get("mean"),
+                "after_mean": alert.change.get("after", {}).get("mean"),
+                "trace_diff": alert.change.get("trace_diff", "")}
+
+    def alerts_view(self, filters: Filters) -> dict[str, Any]:
+        """Every alert the detection still finds (of the results the filters pick), the most deserving
+        first (or as ``sort`` asks), with the detector's precision per metric and per month."""
+        version = self.version()
+        if not version.exists:
+            return self._empty(version, items=[])
+        items = {i["identity_key"]: i for i in self._items(version) if self._item_matches(i, picking_identities(filters))}
+        alerts = [a for a in self._alerts(version) if a.detected and a.identity_key in items
+                  and (not filters.kind or a.kind == filters.kind) and (not filters.state or a.state == filters.state)]
+        ordered = sort_items(sorted(alerts, key=alertlib.priority), filters, ALERT_SORTS)
+        page, paging = _page(ordered, filters)
+        states = dict.fromkeys(alertlib.STATES, 0)
+        for alert in alerts:
+            states[alert.state] += 1
+        return {"database": self.database(version), "empty": not items, "history": self.reader.has_history(),
+                "states": states, "precision": alertlib.precision(a for a in self._alerts(version)
+                                                                if a.identity_key in items),
+                **paging, "items": [self._alert_json(a, items[a.identity_key]) for a in page]}
+
+    def triage(self, alert_id: str, decision: alertlib.Triage) -> dict[str, Any]:
+        """Record a person's decision about an alert (the only write of the dashboard: the alerts
+        table, never the results)."""
+        from madengine.database.api import triage_alert
+        from madengine.database.sql import SqlStore, driver_errors
+
+        with driver_errors(self.reader.url), SqlStore(self.reader.url, self.table) as store:
+            if not store.table_exists():
+                raise LookupError(f"no results table '{self.table}'")
+            alert = triage_alert(store, alert_id, decision)
+        return self._alert_json(alert)
 
     def identities(self, filters: Filters) -> dict[str, Any]:
         version = self.version()
@@ -242,19 +434,47 @@ class Dashboard:
         return {"database": self.database(version), "empty": not every, **paging, "items": page,
                 "facets": self.facets(every)}
 
-    def _changes_summary(self, items: Sequence[Mapping[str, Any]], limit: int, kind: str = "") -> dict[str, Any]:
+    def _series_states(self, version: Version) -> dict[str, dict[str, Any]]:
+        return self._latest.get(("series",), version.max_id, self.reader.series_overview) if version.exists else {}
+
+    def covered(self, entries: Sequence[IdentityEntry], version: Version | None = None) -> set[str]:
+        """The keys of ``entries`` whose changes the database's alerts have up to their latest row."""
+        states = self._series_states(version or self.version())
+        return {e.key for e in entries if e.key in states and states[e.key]["covered"] >= e.latest_id}
+
+    def _change_records(self, entries: Sequence[IdentityEntry], version: Version) -> tuple[int, list[dict[str, Any]]]:
+        """(identities whose changes are known, their changes as ``report regressions --json`` shows
+        them, each with its ``alert`` when the database keeps one)."""
+        known = self.covered(entries, version)
+        covered = [e for e in entries if e.key in known]
+        wanted = {e.key for e in covered}
+        records = [{**a.change, "alert": self._alert_json(a)} for a in self._alerts(version)
+                   if a.detected and a.identity_key in wanted]
+        rest = [e for e in entries if e.key not in wanted]
+        checked, found = self.changes.known(rest)
+        return checked + len(covered), records + [{**_change_json(c), "alert": None} for c in found]
+
+    def _changes_summary(self, items: Sequence[Mapping[str, Any]], limit: int, kind: str = "", state: str = "",
+                         sort: Filters | None = None) -> dict[str, Any]:
         wanted = {i["identity_key"] for i in items}
         entries = [e for e in self.entries() if e.key in wanted]
-        checked, found = self.changes.known(entries)
-        found = sorted((c for c in found if not kind or c.kind == kind), key=_change_time, reverse=True)
+        checked, found = self._change_records(entries, self.version())
+        found = [c for c in found if (not kind or c["kind"] == kind)
+                 and (not state or (c["alert"] or {}).get("state") == state)]
+        found.sort(key=lambda c: (c["after"]["started_at"], c["after"]["run_id"]), reverse=True)
+        if sort is not None:
+            found = sort_items(found, sort, CHANGE_SORTS)
         counts = {"regression": 0, "improvement": 0, "change": 0}
         for change in found:
-            counts[change.kind] += 1
-        return {"complete": checked == len(entries), "checked": checked, "results": len(entries), "counts": counts,
-                "error": self.changes.error, "items": [_change_json(c) for c in found[:limit]], "more": max(len(found) - limit, 0)}
+            counts[change["kind"]] += 1
+        left = len(entries) - checked
+        return {"complete": left == 0, "checked": checked, "results": len(entries), "counts": counts,
+                "estimate_s": None if not left else self.changes.estimate(left), "error": self.changes.error,
+                "items": found[:limit], "more": max(len(found) - limit, 0)}
 
     def changes_view(self, filters: Filters) -> dict[str, Any]:
-        """Every detected change (newest first) of the identities the filters select."""
+        """Every detected change (newest first, or as ``sort`` asks) of the identities the filters
+        select, each with its alert and triage; the detector's precision."""
         version = self.version()
         if not version.exists:
             return self._empty(version, items=[])
@@ -262,17 +482,23 @@ class Dashboard:
         if not every:  # a table without rows: say how to fill it (a filter that picks nothing is no empty database)
             return self._empty(version, items=[])
         items = [i for i in every if self._item_matches(i, picking_identities(filters))]
-        summary = self._changes_summary(items, filters.page * filters.per_page, filters.kind)
+        summary = self._changes_summary(items, filters.page * filters.per_page, filters.kind, filters.state, filters)
         page, paging = _page(summary["items"], filters)
         paging["total"] = len(summary["items"]) + summary["more"]
-        return {"database": self.database(version), "empty": False,
+        return {"database": self.database(version), "empty": False, "history": self.reader.has_history(),
+                "precision": self._precision(items, version),
                 **{k: v for k, v in summary.items() if k not in ("items", "more")}, **paging, "items": page}
 
     def series(self, entry: IdentityEntry, filters: Filters, version: Version) -> dict[str, Any]:
         """One identity: a point per run (the median of its samples, their min and max), the failed
         rows with their reasons, and the changes ``report regressions`` finds in its whole history."""
         rows = self._identity_rows.get((entry.key,), entry.latest_id, lambda: self.reader.identity_rows(entry.key))
-        changes = self.changes.of(entry, rows)
+        if self.covered([entry], version):
+            changes = [{**a.change, "alert": self._alert_json(a)} for a in self._alerts(version)
+                       if a.detected and a.identity_key == entry.key]
+            changes.sort(key=lambda c: c["index"])
+        else:
+            changes = [{**_change_json(c), "alert": None} for c in self.changes.of(entry, rows)]
         shown = [r for r in rows if in_window(r, filters) and (not filters.machine or r["machine_name"] == filters.machine)
                  and tag_matches(filters.tag, r["tags"], r["tag_configs"])]
         machines: dict[str, set[str]] = {}
@@ -289,7 +515,7 @@ class Dashboard:
                      "machine_name": r["machine_name"]} for r in shown if r["status"] != Status.SUCCESS]
         return {"identity": identity_json(entry.identity), "rows": entry.rows, "points": points,
                 "failures": failures[::-1],
-                "changes": [{**_change_json(c), "in_view": c.after_run.run in in_view} for c in changes]}
+                "changes": [{**c, "in_view": c["after"]["run_id"] in in_view} for c in changes]}
 
     def trend(self, filters: Filters) -> dict[str, Any]:
         """The series of the identities the filters select (at most ``MAX_TRENDS``)."""
@@ -385,14 +611,49 @@ class Dashboard:
                     groups.append(self._groups_of(run_id, version))
                 except InputError as exc:
                     raise InputError(str(exc).split(": ", 1)[-1], path=flag, hint=exc.hint) from None
-            result = compare_groups(groups[0], groups[1], filters.threshold / 100, across_environments=filters.across)
+            result = compare_groups(groups[0], groups[1], filters.threshold / 100, across_environments=filters.across,
+                                    references=self._references_at(old, version))
             result.comparisons.sort(key=lambda c: VERDICT_ORDER.index(c.verdict))  # stable: the CLI's order otherwise
             return result
         result = self._compared.get((old, new, filters.threshold, filters.across), version.max_id, compute)
-        chosen = [c for c in result.comparisons if not filters.verdict or c.verdict == filters.verdict]
+        chosen = sort_items([c for c in result.comparisons if not filters.verdict or c.verdict == filters.verdict],
+                            filters, COMPARISON_SORTS)
         page, paging = _page(chosen, filters)
         return {**base, "counts": result.counts(), "warnings": result.warnings, "empty": False, **paging,
                 "models": [c.to_json() for c in page]}
+
+    def _references_at(self, run_id: str, version: Version) -> dict[ResultIdentity, Any]:
+        """Per identity whose series has run ``run_id`` among its latest: the reference (stable segment up
+        to that run) a single new figure is judged against (``report compare --old-run`` makes the same)."""
+        def compute() -> dict[ResultIdentity, Any]:
+            self.tails.refresh(self._series_states(version))
+            return self.tails.references_at(run_id, {e.key: e.identity for e in self.entries()})
+        return self._references.get((run_id,), version.max_id, compute)
+
+
+#: how compare's list sorts (by default worst first: the verdicts in VERDICT_ORDER)
+COMPARISON_SORTS: dict[str, Callable[[Any], Any]] = {
+    "result": lambda c: c.identity.label().lower(), "metric": lambda c: c.metric,
+    "old": lambda c: _number_or(c.old.median, -math.inf), "new": lambda c: _number_or(c.new.median, -math.inf),
+    "ratio": lambda c: _number_or(c.ratio, -math.inf), "change": lambda c: _number_or(c.change, -math.inf),
+    "verdict": lambda c: VERDICT_ORDER.index(c.verdict), "n": lambda c: len(c.new.samples),
+}
+
+#: how the changes list sorts
+CHANGE_SORTS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "size": lambda c: abs(c["size_percent"] or 0.0), "confidence": lambda c: c["confidence"],
+    "weight": lambda c: abs(c["size_percent"] or 0.0) * c["confidence"], "started": lambda c: c["after"]["started_at"],
+    "result": lambda c: c["identity"].lower(), "kind": lambda c: c["kind"],
+    "state": lambda c: (c["alert"] or {}).get("state", ""),
+}
+
+#: how the alerts list sorts
+ALERT_SORTS: dict[str, Callable[[alertlib.Alert], Any]] = {
+    "weight": lambda a: a.weight, "size": lambda a: abs(a.size_percent or 0.0), "confidence": lambda a: a.confidence,
+    "started": lambda a: a.after_started_at, "result": lambda a: a.change.get("identity", a.model).lower(),
+    "state": lambda a: alertlib.STATES.index(a.state), "kind": lambda a: a.kind, "metric": lambda a: a.metric,
+}
+
 
 def picking_identities(filters: Filters) -> Filters:
     """The filters that choose identities (model, tag, GPU architecture, executor, identity); the

@@ -100,7 +100,7 @@ def best_split(values: Sequence[float], min_size: int = MIN_SEGMENT) -> tuple[in
     m = len(values)
     if m < 2 * min_size:
         return None
-    scale = max(abs(v) for v in values)
+    scale = max(map(abs, values))
     if scale == 0:
         return None
     xs = [v / scale for v in values]
@@ -134,7 +134,7 @@ def best_split(values: Sequence[float], min_size: int = MIN_SEGMENT) -> tuple[in
 def student_p(left: Sequence[float], right: Sequence[float]) -> float:
     """Two-sided p of Student's two-sample t-test with pooled variance (hunter's test; exact under
     "no change", unlike Welch's, which is liberal for 3 values against 57). Overflow-safe."""
-    scale = max(max(abs(v) for v in left), max(abs(v) for v in right)) or 1.0
+    scale = max(max(map(abs, left)), max(map(abs, right))) or 1.0
     a = [v / scale for v in left]
     b = [v / scale for v in right]
     mean_a, mean_b = math.fsum(a) / len(a), math.fsum(b) / len(b)
@@ -146,52 +146,59 @@ def student_p(left: Sequence[float], right: Sequence[float]) -> float:
     return t_two_sided_p(t, df)
 
 
-def _adjusted_p(values: Sequence[float], start: int, split: int, end: int, min_size: int) -> float:
-    candidates = max(end - start - 2 * min_size + 1, 1)
+def _adjusted_p(values: Sequence[float], start: int, split: int, end: int, min_size: int, extra_left: int = 0) -> float:
+    # a segment that starts where the values start goes on ``extra_left`` values further back
+    candidates = max(end - start - 2 * min_size + 1 + (extra_left if start == 0 else 0), 1)
     return min(1.0, student_p(values[start:split], values[split:end]) * candidates)
 
 
-def _split_points(values: Sequence[float], start: int, end: int, alpha: float, min_size: int) -> list[int]:
+def _split_points(values: Sequence[float], start: int, end: int, alpha: float, min_size: int,
+                  extra_left: int = 0) -> list[int]:
     found = best_split(values[start:end], min_size)
     if found is None:
         return []
     split = start + found[0]
-    if _adjusted_p(values, start, split, end, min_size) >= alpha:
+    if _adjusted_p(values, start, split, end, min_size, extra_left) >= alpha:
         return []
-    return [*_split_points(values, start, split, alpha, min_size), split,
-            *_split_points(values, split, end, alpha, min_size)]
+    return [*_split_points(values, start, split, alpha, min_size, extra_left), split,
+            *_split_points(values, split, end, alpha, min_size, extra_left)]
 
 
-def _candidates(xs: Sequence[float], alpha: float, min_size: int) -> set[int]:
+def _candidates(xs: Sequence[float], alpha: float, min_size: int, extra_left: int = 0) -> set[int]:
     """Splits binary segmentation finds in the whole series and in windows of ``WINDOW`` values (half
     the series when shorter; half-overlapping, as Otava's ``window_len``): a short excursion (up for 10 runs, then back) can
     hide from the whole-series search, whose best single split straddles it."""
-    found = set(_split_points(xs, 0, len(xs), alpha, min_size))
+    found = set(_split_points(xs, 0, len(xs), alpha, min_size, extra_left))
     window = min(WINDOW, len(xs) // 2)
     if window >= 2 * min_size:
         for start in range(0, len(xs) - 2 * min_size + 1, window // 2):
-            found.update(_split_points(xs, start, min(start + window, len(xs)), alpha, min_size))
+            found.update(_split_points(xs, start, min(start + window, len(xs)), alpha, min_size, extra_left))
     return found
 
 
-def _p_between(xs: Sequence[float], splits: Sequence[int], split: int, min_size: int) -> float:
+def _p_between(xs: Sequence[float], splits: Sequence[int], split: int, min_size: int, extra_left: int = 0) -> float:
     """Adjusted p of ``split`` against its neighbouring segments among ``splits``; neighbours closer
     than ``min_size`` are looked past (of two candidates for one change, the weaker one then fails)."""
     start = max((s for s in splits if s <= split - min_size), default=0)
     end = min((s for s in splits if s >= split + min_size), default=len(xs))
     if split - start < min_size or end - split < min_size:
         return 1.0
-    return _adjusted_p(xs, start, split, end, min_size)
+    return _adjusted_p(xs, start, split, end, min_size, extra_left)
 
 
-def change_indexes(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN_SEGMENT) -> list[int]:
-    """Positions of the first value after each change, ascending (see the module docstring)."""
+def change_indexes(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN_SEGMENT,
+                   extra_left: int = 0) -> list[int]:
+    """Positions of the first value after each change, ascending (see the module docstring).
+
+    ``extra_left``: how many values of the same segment came before ``values`` (a series examined
+    from its latest part on): a change in the first segment is held to the bar of its whole span,
+    as if the search had looked at the earlier values too."""
     xs = [float(v) for v in values]
     if not all(math.isfinite(v) for v in xs):
         raise ValueError("change-point detection needs finite numbers")
-    accepted = sorted(_candidates(xs, alpha, min_size))
+    accepted = sorted(_candidates(xs, alpha, min_size, extra_left))
     while True:
-        scores = {split: _p_between(xs, accepted, split, min_size) for split in accepted}
+        scores = {split: _p_between(xs, accepted, split, min_size, extra_left) for split in accepted}
         crowded = [pair for pair in zip(accepted, accepted[1:]) if pair[1] - pair[0] < min_size]
         if crowded:  # two candidates for one change: the less significant goes
             a, b = crowded[0]
@@ -203,10 +210,11 @@ def change_indexes(values: Sequence[float], *, alpha: float = ALPHA, min_size: i
         accepted.remove(weakest[1])  # the weakest change fails: drop it and re-test the others
 
 
-def detect(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN_SEGMENT) -> list[ChangePoint]:
-    """The change points of a time-ordered series, oldest first."""
+def detect(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN_SEGMENT,
+           extra_left: int = 0) -> list[ChangePoint]:
+    """The change points of a time-ordered series, oldest first (``extra_left``: see :func:`change_indexes`)."""
     xs = [float(v) for v in values]
-    splits = change_indexes(xs, alpha=alpha, min_size=min_size)
+    splits = change_indexes(xs, alpha=alpha, min_size=min_size, extra_left=extra_left)
     bounds = [0, *splits, len(xs)]
     changes = []
     for k, split in enumerate(splits, start=1):
@@ -214,7 +222,8 @@ def detect(values: Sequence[float], *, alpha: float = ALPHA, min_size: int = MIN
         size = after.mean / before.mean - 1.0 if before.mean != 0 else None
         if size is not None and before.mean < 0:
             size = -size  # a negative figure rising toward 0 is an increase
-        changes.append(ChangePoint(split, size, _adjusted_p(xs, bounds[k - 1], split, bounds[k + 1], min_size),
+        changes.append(ChangePoint(split, size, _adjusted_p(xs, bounds[k - 1], split, bounds[k + 1], min_size,
+                                                           extra_left),
                                    before, after))
     return changes
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from madengine.cli.env import Environment
+from madengine.cli.env import CliReporter, Environment
 from madengine.core.errors import ExitStatus
 from madengine.cli.commands import SUMMARIES
 
@@ -57,9 +57,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     update = actions.add_parser("update-table", parents=[_common("print the import counts as JSON on stdout")],
                                 help="import the rows of a perf.csv that the database does not have yet",
-                                description="Import a perf.csv: rows already stored are skipped (content key), "
-                                            "new SUCCESS rows get relative_change against the mean of the last 5 "
-                                            "SUCCESS rows of the same model, GPU architecture and base image.")
+                                description="Import a perf.csv, streamed (never held whole): rows already stored are "
+                                            "skipped (content key); new SUCCESS rows get relative_change against the "
+                                            "latest 5 runs of the same result identity after its last change point; "
+                                            "every result series the import touched gets its change points (alerts: "
+                                            "'madengine report alerts') and its latest run's verdict before it "
+                                            "returns. Long imports say how far they got on stderr.")
     update.add_argument("--perf-csv", "--csv-file-path", dest="csv_file_path", required=True, metavar="FILE",
                         help="the perf.csv to import")
     update.add_argument("--model-json-path", default=None, metavar="FILE",
@@ -98,7 +101,7 @@ def _usage(parser: argparse.ArgumentParser, env: Environment) -> ExitStatus:
 def handle_create_table(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.database import create_table
 
-    result = create_table(args.db_url, env.environ, table=args.table)
+    result = create_table(args.db_url, env.environ, table=args.table, reporter=CliReporter(env))
     if args.json:
         env.data(json.dumps(result.to_json(), indent=1))
     if result.created:
@@ -113,11 +116,12 @@ def handle_update_table(args: argparse.Namespace, env: Environment) -> ExitStatu
     from madengine.database import update_table
 
     result = update_table(args.csv_file_path, args.db_url, env.environ, model_json_path=args.model_json_path,
-                          table=args.table)
+                          table=args.table, reporter=CliReporter(env))
     if args.json:
         env.data(json.dumps(result.to_json(), indent=1))
     env.message(f"madengine: {result.csv_file}: {result.rows} row(s), {result.inserted} inserted, "
-                f"{result.already_stored} already stored ({result.url}, table '{result.table}')")
+                f"{result.already_stored} already stored ({result.url}, table '{result.table}')"
+                + (f"; {result.new_alerts} new alert(s) ('madengine report alerts list')" if result.new_alerts else ""))
     return ExitStatus.OK
 
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from madengine.cli.commands import report_collect, report_serve, report_trace_diff
+from madengine.cli.commands import report_alerts, report_collect, report_serve, report_trace_diff
 from madengine.cli.env import Environment
 from madengine.cli.flags import add_perf_csv_argument
 from madengine.core.errors import CredentialError, ExitStatus, InputError
@@ -26,12 +26,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                    description="Append results to perf.csv and turn perf.csv files into reports.")
     parser.set_defaults(handler=functools.partial(_usage, parser))
     commands = parser.add_subparsers(dest="report_command",
-                                     metavar="{update-perf,to-html,to-email,compare,regressions,collect,trace-diff,serve}")
+                                     metavar="{update-perf,to-html,to-email,compare,regressions,alerts,collect,trace-diff,serve}")
     _add_update_perf(commands)
     _add_to_html(commands)
     _add_to_email(commands)
     _add_compare(commands)
     _add_regressions(commands)
+    report_alerts.add_subparser(commands)
     report_collect.add_subparser(commands)
     report_trace_diff.add_subparser(commands)
     report_serve.add_subparser(commands)
@@ -210,8 +211,10 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "compare", help="compare two perf.csv files, folders of repeated runs, or two runs per result",
         description="Per result identity (model, metric, tag configs, executor, GPU, n_gpus, backend): every "
-                    "sample on each side, a Mann-Whitney U test (alpha 0.05) and the ratio new/old with a 95%% CI. "
-                    "Verdicts: faster, slower, unchanged, inconclusive (fewer than 3 samples on a side, or too noisy "
+                    "sample on each side, a Mann-Whitney U test (alpha 0.05) and the ratio new/old with a 95%% CI; "
+                    "with --old-run/--new-run, a result with fewer than 3 samples on a side is judged against its "
+                    "history in the database (a prediction interval from its stable segment, 1%% false alarms). "
+                    "Verdicts: faster, slower, unchanged, inconclusive (too few samples, or too noisy "
                     "to tell), new, missing. Metrics where lower is better (times, latencies) count in reverse. "
                     "See docs/statistics.md.")
     parser.add_argument("--perf-csv", dest="perf_csvs", action="append", default=[], metavar="CSV",
@@ -277,10 +280,14 @@ def _print_comparison(env: Environment, results) -> None:
             return ""
         return f"{format_ratio(c.ci_low)}..{format_ratio(c.ci_high)}"
 
+    def method(c) -> str:  # the Comparison's method, shortly: the U test, the history's prediction interval, n < 3
+        return "history" if c.method.startswith("prediction") else ("U test" if c.method.startswith("Mann") else "n<3")
+
     rows = [(c.identity.label(), c.metric, "lower" if c.lower_is_better else "higher", format_number(c.old.median),
              format_number(c.new.median), f"{len(c.old.samples)}/{len(c.new.samples)}", format_ratio(c.ratio),
-             interval(c), "" if c.change is None else format_change(c.change), c.verdict) for c in results]
-    env.data(table(("result", "metric", "better", "old", "new", "n", "ratio", "95% CI", "change", "verdict"), rows))
+             interval(c), "" if c.change is None else format_change(c.change), c.verdict,
+             method(c) if c.method else "") for c in results]
+    env.data(table(("result", "metric", "better", "old", "new", "n", "ratio", "95% CI", "change", "verdict", "by"), rows))
 
 
 

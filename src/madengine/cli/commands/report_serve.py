@@ -58,7 +58,22 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="the runs folder whose logs, artifacts and trace.json the pages link to; no other file "
                              "is ever served (default: madengine_runs)")
+    parser.add_argument("--perf-csv", action="append", default=[], metavar="CSV",
+                        help="import this perf.csv into the database first (as 'database update-table': streamed, "
+                             "rows already stored skipped, progress on long files); repeatable")
     parser.set_defaults(handler=handle)
+
+
+def _import_first(args: argparse.Namespace, env: Environment, table: str) -> None:
+    """``--perf-csv``: the files into the database before it is served (one line each)."""
+    from pathlib import Path
+
+    from madengine.database import update_table
+
+    for path in args.perf_csv:
+        result = update_table(Path(path), args.db_url, env.environ, table=table, reporter=CliReporter(env))
+        env.message(f"madengine: {result.csv_file}: {result.rows} row(s), {result.inserted} imported, "
+                    f"{result.already_stored} already stored, {result.new_alerts} new alert(s)")
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
@@ -83,6 +98,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if args.no_auth and token:
         raise InputError(f"a token is set ({'--token' if args.token is not None else TOKEN_VARIABLE})",
                          path="--no-auth", hint="drop one of them")
+    _import_first(args, env, table)
     from madengine.server.config import ServerConfig
     from madengine.server.serve import serve
 

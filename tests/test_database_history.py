@@ -1,0 +1,279 @@
+"""What an import keeps per result series (SQLite, always runs): streamed batches, one pass per series,
+incremental change points as alerts with triage, relative_change, and `report alerts`.
+
+The same importer runs against MariaDB (tests/test_database_mysql.py) and MongoDB (mockupdb,
+tests/test_database_mongo.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from madengine.core.errors import InputError
+from madengine.core.events import Reporter
+from madengine.database import importer, rows as rowlib, update_table
+from madengine.database.rows import PerfCsv, content_keys
+from madengine.stats.changepoint import detect
+from test_database_helpers import history, one_error_line, relative, write_perf_csv
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in ("MADENGINE_DB_URL", "TUNA_DB_HOSTNAME", "MONGO_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("USER", "tester")
+    return tmp_path
+
+
+def db_rows(path, table="dlm_table", order="id"):
+    connection = sqlite3.connect(path)
+    connection.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in connection.execute(f"SELECT * FROM {table} ORDER BY {order}")]
+    finally:
+        connection.close()
+
+
+def stepped(model: str, n: int, at: int, seed: int = 1, step: float = 0.10, prefix: str = "run") -> list[dict]:
+    """``n`` runs of one result at ~100 with 0.5 % noise, ``step`` higher from run ``at`` on."""
+    rng = random.Random(seed)
+    return [dict(model=model, performance=round(100 * (1 + step * (k >= at)) * (1 + rng.gauss(0, 0.005)), 3),
+                 run_id=f"{prefix}{k:03d}", started_at=f"2026-01-01T{k // 60:02d}:{k % 60:02d}:00Z") for k in range(n)]
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+def test_a_perf_csv_is_imported_in_batches_with_the_keys_of_the_whole_file(workdir, monkeypatch):
+    rows = [*history("a", [1, 2, 3, 4, 5, 6, 7]), *history("b", [5, 5, 5]),
+            dict(model="a", performance=9.0, run_id="twin"), dict(model="a", performance=9.0, run_id="twin")]
+    write_perf_csv(workdir / "perf.csv", rows)
+    whole = content_keys(rowlib.read_perf_rows(workdir / "perf.csv"))
+    assert len(set(whole)) == len(whole) == 12  # the identical twins get occurrence numbers 0 and 1
+    monkeypatch.setattr(rowlib, "BATCH_ROWS", 5)
+    source = PerfCsv(workdir / "perf.csv")
+    assert source.check() == 12
+    batches = list(source.batches(size=5))
+    assert [len(b) for b in batches] == [5, 5, 2]
+    assert [r.key for b in batches for r in b] == whole
+    result = update_table(workdir / "perf.csv", "sqlite:///m.db")
+    assert (result.inserted, result.series) == (12, 2)
+    again = update_table(workdir / "perf.csv", "sqlite:///m.db")
+    assert (again.inserted, again.already_stored, again.new_alerts) == (0, 12, 0)
+
+
+def test_rows_appended_while_importing_wait_for_the_next_import(workdir):
+    write_perf_csv(workdir / "perf.csv", history("m", [1, 2, 3]))
+    source = PerfCsv(workdir / "perf.csv")
+    assert source.check() == 3
+    write_perf_csv(workdir / "perf.csv", history("m", [4], run_prefix="later"))  # a run appends meanwhile
+    assert sum(len(b) for b in source.batches()) == 3
+    header = (workdir / "perf.csv").read_text().split("\n", 1)
+    (workdir / "perf.csv").write_text("model,changed\n" + header[1])
+    with pytest.raises(InputError, match="the file changed while it was imported"):
+        list(source.batches())
+
+
+def test_canonical_text_is_the_json_of_earlier_releases():
+    """orjson writes the key text json.dumps wrote, so the keys of stored rows stay the same."""
+    @given(st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=8))
+    def check(row):
+        expected = json.dumps({k: v for k, v in row.items() if v != "" and k != "relative_change"}, sort_keys=True,
+                              ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        assert rowlib._canonical(row) == expected
+
+    check()
+
+
+class Lines(Reporter):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_a_long_import_says_how_far_it_got(workdir, monkeypatch):
+    write_perf_csv(workdir / "perf.csv", [*stepped("a", 30, 20), *stepped("b", 30, 40)])
+    monkeypatch.setattr(importer, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(rowlib, "BATCH_ROWS", 10)
+    lines = Lines()
+    update_table(workdir / "perf.csv", "sqlite:///m.db", reporter=lines)
+    assert any("of 60 rows" in line for line in lines.lines), lines.lines
+    assert any("of 2 series" in line for line in lines.lines), lines.lines
+    quiet = Lines()
+    write_perf_csv(workdir / "more.csv", stepped("c", 5, 10))
+    monkeypatch.setattr(importer, "PROGRESS_EVERY_S", 5.0)
+    update_table(workdir / "more.csv", "sqlite:///m.db", reporter=quiet)
+    assert quiet.lines == []  # a short import prints nothing
+
+
+# --- relative_change: one pass per series --------------------------------------------------------
+
+def expected_relative(values: list[float]) -> list[dict]:
+    """relative_change by its definition: each run against the mean of the (up to 5) runs before it
+    after the last change point before it, the change points of the whole series."""
+    changes = [c.index for c in detect(values)] if len(values) >= 6 else []
+    out = []
+    for j, value in enumerate(values):
+        start = max([c for c in changes if c <= j - 1], default=0)
+        window = values[max(start, j - 5):j]
+        if not window:
+            out.append({})
+            continue
+        mean = math.fsum(window) / len(window)
+        out.append({"pct_change": round((value - mean) / mean * 100, 4), "baseline_avg": round(mean, 6),
+                    "sample_count": len(window)})
+    return out
+
+
+@settings(max_examples=40)  # an import each: a database file per case
+@given(st.lists(st.floats(90, 110), min_size=1, max_size=40), st.integers(0, 40), st.floats(0.0, 0.3))
+def test_relative_change_of_a_series_imported_at_once(tmp_path_factory, base, at, step):
+    folder = tmp_path_factory.mktemp("rc")
+    values = [round(v * (1 + step * (k >= at)), 3) for k, v in enumerate(base)]
+    write_perf_csv(folder / "perf.csv", [dict(model="m", performance=v, run_id=f"r{k:03d}",
+                                              started_at=f"2026-01-01T00:{k // 60:02d}:{k % 60:02d}Z")
+                                         for k, v in enumerate(values)])
+    update_table(folder / "perf.csv", f"sqlite:///{folder / 'm.db'}")
+    assert [relative(r) for r in db_rows(folder / "m.db")] == expected_relative(values)
+
+
+def test_rows_of_earlier_imports_are_never_rewritten(workdir):
+    rows = stepped("m", 40, 25)
+    write_perf_csv(workdir / "part1.csv", rows[:27])
+    update_table(workdir / "part1.csv", "sqlite:///m.db")
+    before = [r["relative_change"] for r in db_rows(workdir / "m.db")]
+    write_perf_csv(workdir / "part2.csv", rows[27:])
+    update_table(workdir / "part2.csv", "sqlite:///m.db")
+    after = db_rows(workdir / "m.db")
+    assert [r["relative_change"] for r in after[:27]] == before
+    # the later rows are compared with the runs after the step only
+    assert relative(after[-1])["baseline_avg"] == pytest.approx(110, rel=0.02)
+
+
+# --- change points as alerts ---------------------------------------------------------------------
+
+def alerts_of(path):
+    return db_rows(path, "dlm_table_alerts", "position")
+
+
+def test_a_step_is_an_alert_when_the_import_returns_and_appends_keep_it(workdir, cli):
+    rows = stepped("m", 60, 40) + stepped("flat", 60, 999, seed=2)
+    write_perf_csv(workdir / "perf.csv", rows[:45] + rows[60:105])
+    result = json.loads(cli("database", "update-table", "--csv-file-path", "perf.csv", "--json").stdout)
+    assert result["series"] == 2 and result["new_alerts"] == 1
+    [alert] = alerts_of(workdir / "madengine.db")
+    assert (alert["model"], alert["kind"], alert["after_run"], alert["state"], alert["detected"]) == \
+        ("m", "improvement", "run040", "untriaged", 1)
+    # one run at a time: the region re-examined grows, the alert stays one, its triage with it
+    marked = cli("report", "alerts", "set", alert["alert_id"][:8], "--state", "expected", "--note", "new kernel",
+                 "--link", "0123abcd")
+    assert marked.code == 0, marked
+    for k in range(45, 60):
+        write_perf_csv(workdir / f"run{k}.csv", [rows[k], rows[60 + k]])
+        assert cli("database", "update-table", "--csv-file-path", f"run{k}.csv").code == 0
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0  # a re-import adds nothing
+    [kept] = alerts_of(workdir / "madengine.db")
+    assert (kept["alert_id"], kept["state"], kept["note"], kept["updated_by"]) == \
+        (alert["alert_id"], "expected", "new kernel", "tester")
+    assert json.loads(kept["links"]) == ["0123abcd"]
+
+
+def test_create_table_finds_the_changes_of_rows_an_earlier_release_wrote(workdir, cli):
+    write_perf_csv(workdir / "perf.csv", stepped("m", 30, 15))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    connection = sqlite3.connect(workdir / "madengine.db")
+    connection.execute("DROP TABLE dlm_table_series")  # as a release without them left the table
+    connection.execute("DROP TABLE dlm_table_alerts")
+    connection.commit()
+    connection.close()
+    assert cli("database", "create-table").code == 0
+    assert [a["after_run"] for a in alerts_of(workdir / "madengine.db")] == ["run015"]
+
+
+# --- report alerts -------------------------------------------------------------------------------
+
+def test_report_alerts_lists_shows_and_sets(workdir, cli):
+    write_perf_csv(workdir / "perf.csv", stepped("slow", 30, 15, step=-0.1) + stepped("fast", 30, 20, seed=3))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    listed = cli("report", "alerts", "list", "--json")
+    assert listed.code == 0, listed
+    alerts = json.loads(listed.stdout)["alerts"]
+    assert [(a["model"], a["kind"]) for a in alerts] == [("slow", "regression"), ("fast", "improvement")]
+    assert "detector precision n/a (0 invalid of 0 triaged, 2 untriaged)" in listed.stderr
+    regression = alerts[0]["alert_id"]
+    done = cli("report", "alerts", "set", regression, "--state", "invalid", "--note", "noisy node",
+               "--link", "https://example.com/issues/1", "--by", "bob", "--json")
+    assert done.code == 0 and json.loads(done.stdout)["state"] == "invalid", done
+    shown = json.loads(cli("report", "alerts", "show", regression[:6], "--json").stdout)
+    assert [(e["state"], e["by"], e["note"]) for e in shown["log"]] == [("invalid", "bob", "noisy node")]
+    text = cli("report", "alerts", "list", "--state", "invalid")
+    assert regression in text.stdout and "fast" not in text.stdout
+    assert "precision 0% (1 invalid of 1 triaged, 1 untriaged)" in text.stderr
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["set", "abc", "--state", "invalid"], "not an alert id: 'abc'"),
+    (["set", "0000000000", "--state", "invalid"], "no alert '0000000000'"),
+    (["set", "{id}", "--state", "invalid", "--link", "javascript:alert(1)"], "--link: not a commit hash or an http(s) URL"),
+    (["set", "{id}", "--state", "invalid", "--by", ""], "--by: say who decides"),
+    (["set", "{id}", "--state", "invalid", "--note", "x" * 2001], "--note: at most 2000 characters"),
+    (["show", "--db-url", "sqlite:///missing.db", "0123456"], "database file not found"),
+])
+def test_report_alerts_bad_input_is_one_line(workdir, cli, argv, fragment):
+    write_perf_csv(workdir / "perf.csv", stepped("slow", 30, 15))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    alert = json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"][0]["alert_id"]
+    result = cli("report", "alerts", *[a.replace("{id}", alert) for a in argv])
+    assert result.code == 2 and fragment in one_error_line(result.stderr), result
+
+
+@given(st.text(max_size=20) | st.sampled_from(["invalid", "FIXED", " expected "]), st.text(max_size=40),
+       st.lists(st.text(max_size=40) | st.sampled_from(["0123abcd", "https://x.example/i/1", "http://h/p"]), max_size=12),
+       st.text(max_size=120))
+def test_a_triage_is_checked_or_refused_in_one_line(state, note, links, by):
+    """What a person types into the triage form or `report alerts set` (user input: Hypothesis)."""
+    from madengine.database.alerts import STATES, triage
+
+    try:
+        decision = triage(state, note, links, by, prefix="--")
+    except InputError as exc:
+        assert exc.path in ("--state", "--note", "--link", "--by") and "\n" not in str(exc)
+        return
+    assert decision.state in STATES and decision.by and len(decision.links) <= 10
+    assert all(link.startswith(("http://", "https://")) or link.isalnum() for link in decision.links)
+
+
+# --- compare against the history -----------------------------------------------------------------
+
+def test_compare_judges_single_runs_against_their_history(workdir, cli):
+    rows = stepped("gpt", 40, 37, step=0.10) + stepped("bert", 40, 999, seed=5)
+    for row in rows[:40]:
+        row["metric"] = "latency_ms"
+    write_perf_csv(workdir / "perf.csv", rows)
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    result = cli("report", "compare", "--old-run", "run036", "--new-run", "run037", "--json")
+    assert result.code == 0, result
+    by_model = {m["model"]: m for m in json.loads(result.stdout)["models"]}
+    assert by_model["gpt"]["verdict"] == "slower"
+    assert by_model["gpt"]["method"] == "prediction interval: latest run vs 37 runs"
+    assert by_model["gpt"]["false_alarm_rate"] == 0.008
+    assert by_model["bert"]["verdict"] != "slower" and by_model["bert"]["method"].startswith("prediction interval")
+    assert cli("report", "compare", "--old-run", "run036", "--new-run", "run037", "--fail-on-regression").code == 1
+    # after the change, two runs of the new level are no history yet: no verdict from one figure a side
+    later = {m["model"]: m for m in json.loads(cli("report", "compare", "--old-run", "run038", "--new-run", "run039",
+                                                   "--json").stdout)["models"]}
+    assert (later["gpt"]["verdict"], later["gpt"]["method"]) == ("inconclusive", "too few figures")
+    # two perf.csv files have no history: the U test decides, and says it cannot with one figure a side
+    write_perf_csv(workdir / "old.csv", rows[36:37])
+    write_perf_csv(workdir / "new.csv", rows[37:38])
+    files = json.loads(cli("report", "compare", "old.csv", "new.csv", "--json").stdout)["models"][0]
+    assert (files["verdict"], files["method"]) == ("inconclusive", "too few figures")
