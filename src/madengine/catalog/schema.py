@@ -62,6 +62,11 @@ class Model:
         return " ".join(parts)
 
     @property
+    def tagged_name(self) -> str:
+        """The model as the user selected it, tag configs included: ``numpy_matmul:size=64``."""
+        return self.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in self.tag_configs)
+
+    @property
     def data_names(self) -> list[str]:
         return [d.strip() for d in self.data.split(",") if d.strip()]
 

@@ -22,7 +22,7 @@ from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, inter
 from madengine.core.redact import redact
 from madengine.core.values import PART_LIMIT
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "clean",
+COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "clean", "k8s",
             "completion")
 
 EXIT_CODES_HELP = """exit codes:

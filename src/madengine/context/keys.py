@@ -65,8 +65,9 @@ KEYS: dict[str, ContextKey] = _table(
     # -- blocks whose insides their owners check ---------------------------------------------------------
     ContextKey("slurm", dict, "Slurm executor settings (docs/distributed.md)"),
     ContextKey("distributed", dict, "launcher settings (docs/distributed.md): checked by madengine.launch"),
-    ContextKey("k8s", dict, "Kubernetes settings: not read yet", effect=False),
-    ContextKey("kubernetes", dict, "Kubernetes settings (alias of k8s): not read yet", effect=False),
+    ContextKey("k8s", dict, "Kubernetes settings of --executor k8s and k8s render (docs/distributed.md): checked "
+                            "by madengine.k8s"),
+    ContextKey("kubernetes", dict, "Kubernetes settings (another name of k8s)"),
     # -- the original madengine's keys that change nothing here ------------------------------------------
     ContextKey("timeout", None, "use --timeout or a model's timeout", effect=False),
     ContextKey("docker_cpus", None, _ORIGINAL, effect=False),

@@ -209,7 +209,7 @@ def _node_task(task: SlurmTask, model: Model, settings: SlurmSettings, context: 
 
 
 def task_tag(model: Model) -> str:
-    return model.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in model.tag_configs)
+    return model.tagged_name
 
 
 def _check_tags_select_one(catalog: Catalog, models: list[Model]) -> None:

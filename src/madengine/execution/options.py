@@ -35,7 +35,7 @@ class RunOptions:
     skip_model_run: bool = False
     disable_skip_gpu_arch: bool = False
     output: Path = Path("perf.csv")
-    executor: str = "auto"  # auto | docker | local | slurm
+    executor: str = "auto"  # auto | docker | local | slurm | k8s
     data_config_file_name: str = "data.json"
     tools_json_file_name: str | None = None
     force_mirror_local: str | None = None

@@ -633,7 +633,7 @@ def _by_result_name(tables: list[list[dict[str, str]]]) -> dict[str, list[dict[s
 
 def _label(model: Model) -> str:
     """The model as the user selected it: ``numpy_matmul:size=64``."""
-    return model.name + "".join(f":{k}={v}" if v != "" else f":{k}" for k, v in model.tag_configs)
+    return model.tagged_name
 
 
 def _log_of(record: PerfRecord) -> str:

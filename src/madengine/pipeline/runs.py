@@ -46,6 +46,10 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     check_writable(Path(options.output), Path(options.runs_dir))
     db_url = recorder_url(options.db_url, host.environ)
     recorder = LiveRecorder(db_url, host.environ) if db_url is not None else None
+    if options.executor == "k8s":
+        from madengine.pipeline.kubernetes import run_on_k8s
+
+        return run_on_k8s(request, host, reporter, selection, _record, recorder)
     run_id = new_run_id()
     run_dir = Path(options.runs_dir) / run_id
     if request.parallel.workers > 1:

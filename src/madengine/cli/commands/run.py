@@ -68,8 +68,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-model-run", action="store_true", help="build images only; rows are SKIPPED")
     parser.add_argument("--disable-skip-gpu-arch", action="store_true", help="run models despite their skip_gpu_arch")
     add_perf_csv_argument(parser, "-o", "--output")
-    parser.add_argument("--executor", choices=("auto", "docker", "local", "slurm"), default="auto",
-                        help="where models run: docker (default when an engine answers), local, or slurm")
+    parser.add_argument("--executor", choices=("auto", "docker", "local", "slurm", "k8s"), default="auto",
+                        help="where models run: docker (default when an engine answers), local, slurm, or k8s (a "
+                             "Kubernetes job per model; the context's 'k8s' block says where and how)")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
                         help="folder for per-run logs and artifacts (default: madengine_runs)")
     parser.add_argument("--data-config-file-name", default="data.json", metavar="FILE", help="data provider config")
@@ -114,7 +115,9 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--time", default=None, metavar="LIMIT", help="Slurm time limit (e.g. 01:00:00)")
     group.add_argument("--slurm-args", default=None, metavar="ARGS", help="extra sbatch options")
     group.add_argument("--no-wait", action="store_true", help="Slurm: submit, print the job id, do not wait")
-    group.add_argument("--dry-run", action="store_true", help="Slurm: print the sbatch script, submit nothing")
+    group.add_argument("--dry-run", action="store_true",
+                       help="Slurm: print the sbatch script; k8s: write the objects' YAML into the run folder and "
+                            "print their paths; submit nothing")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -134,7 +137,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 #: flags that mean something only with another flag: (flag, its argparse dest, when it applies)
 _SLURM_ONLY = (("--partition", "partition"), ("--nodes", "nodes"), ("--gpus-per-node", "gpus_per_node"),
-               ("--time", "time"), ("--slurm-args", "slurm_args"), ("--no-wait", "no_wait"), ("--dry-run", "dry_run"))
+               ("--time", "time"), ("--slurm-args", "slurm_args"), ("--no-wait", "no_wait"))
 _MANIFEST_ONLY = (("--registry", "registry"), ("--image-archive", "image_archive"))
 
 
@@ -145,6 +148,11 @@ def _given(args: argparse.Namespace, dest: str) -> bool:
 
 def check_flags_apply(args: argparse.Namespace) -> None:
     """A flag that does nothing for the chosen executor or mode is an error, never ignored."""
+    if args.dry_run and args.executor not in ("slurm", "k8s"):
+        raise InputError("--dry-run applies only with --executor slurm or k8s", path="--dry-run")
+    if args.executor == "k8s" and args.parallel > 1:
+        raise InputError("--parallel applies to docker and local runs; a k8s run submits every job at once",
+                         path="--parallel")
     if args.executor != "slurm":
         for flag, dest in _SLURM_ONLY:
             if _given(args, dest):

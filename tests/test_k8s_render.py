@@ -1,0 +1,315 @@
+"""Kubernetes objects, validated offline (no cluster can run here): every object ``madengine k8s
+render`` writes for the bundled catalog and for the launchers' examples (the blocks of
+tests/golden/launchers) passes ``kubernetes-validate --strict`` for Kubernetes 1.33 to 1.37 and the
+semantic checks the schema leaves out (madengine.k8s.checks); the checks themselves catch what
+they promise to; a Hypothesis property renders arbitrary valid model entries and contexts and
+validates every object.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from conftest import FIXTURES, REPO
+from k8s_standin import expand
+from madengine.core.errors import LaunchError
+from madengine.k8s.checks import problems
+from madengine.k8s.render import JobInputs, escape, render_job
+from madengine.k8s.settings import K8sSettings, k8s_settings
+from madengine.launch import LAUNCHERS, parse_distributed
+
+VERSIONS = ("1.33", "1.34", "1.35", "1.36", "1.37")
+GOLDEN = Path(__file__).resolve().parent / "golden" / "launchers"
+
+
+def validator_versions() -> set[str]:
+    """The minor versions whose --strict schemas the installed kubernetes-validate ships."""
+    import kubernetes_validate
+
+    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    return {p.name[1:].split("-")[0].rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith("-local-strict")}
+
+
+def test_the_validator_ships_every_version_we_support():
+    assert set(VERSIONS) <= validator_versions()
+
+
+def kubernetes_validate(files: list[Path]) -> None:
+    """``kubernetes-validate --strict`` of every file, for every supported version."""
+    assert files
+    documents = sum(1 for path in files for doc in yaml.safe_load_all(path.read_text()) if doc)
+    for version in VERSIONS:
+        result = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version",
+                                 version, *map(str, files)], capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, (version, result.stdout[-3000:], result.stderr[-3000:])
+        assert result.stdout.count(" passed for resource ") == documents, (version, result.stdout[-2000:])
+
+
+def load(files: list[Path]) -> dict[Path, list[dict]]:
+    """Each job folder's objects."""
+    jobs: dict[Path, list[dict]] = {}
+    for path in files:
+        jobs.setdefault(path.parent, []).extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return jobs
+
+
+def golden_blocks() -> list[tuple[str, dict]]:
+    """The launchers' examples: every block of the golden files a placement accepts."""
+    out = []
+    for launcher in LAUNCHERS:
+        for case, data in json.loads((GOLDEN / f"{launcher}.json").read_text()).items():
+            if "error" not in data:
+                out.append((f"ex_{launcher}_{case}".replace("-", "_"), data["block"]))
+    return out
+
+
+@pytest.fixture
+def examples_repo(tmp_path, monkeypatch):
+    """tests/fixtures/distributed with one model per launcher example."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "distributed", repo)
+    entries = [{"name": name, "dockerfile": "docker/base", "scripts": "scripts/env/show.sh", "tags": ["examples"],
+                "distributed": block} for name, block in golden_blocks()]
+    (repo / "models.json").write_text(json.dumps(entries))
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    return repo
+
+
+def render(cli, out: Path, *args: str) -> list[Path]:
+    result = cli("k8s", "render", "--output-dir", str(out), *args)
+    assert result.code == 0, result
+    files = [Path(line) for line in result.stdout.split()]
+    assert files and all(path.is_file() for path in files)
+    return files
+
+
+def test_bundled_catalog_and_launcher_examples_pass_validation_and_checks(cli, tmp_path, examples_repo, monkeypatch):
+    files = render(cli, tmp_path / "examples", "--tags", "examples", "-c",
+                   json.dumps({"k8s": {"gpu_resource_name": "amd.com/gpu", "gpu_count": 8, "memory": "64Gi",
+                                       "namespace": "ml-perf"}}))
+    assert len({p.parent for p in files}) == len(golden_blocks())
+    monkeypatch.chdir(REPO)  # the bundled catalog: on a CPU cluster and on AMD GPUs
+    files += render(cli, tmp_path / "cpu", "--tags", "all")
+    files += render(cli, tmp_path / "amd", "--tags", "all", "-c", json.dumps({"gpu_vendor": "AMD"}))
+    rbac = tmp_path / "rbac.yaml"
+    assert cli("k8s", "rbac", "--namespace", "ml-perf", "--node-read", "--output", str(rbac)).code == 0
+    kubernetes_validate([*files, rbac])
+    for folder, objects in load(files).items():
+        assert problems(objects) == [], folder
+    kinds = {o["kind"] for objects in load(files).values() for o in objects}
+    assert kinds == {"ConfigMap", "Service", "Job"}
+
+
+def test_a_multi_node_job_is_an_indexed_job_behind_a_headless_service(cli, tmp_path, examples_repo):
+    files = render(cli, tmp_path / "out", "--tags", "ex_torchrun_2_nodes_rank_1", "-c",
+                   json.dumps({"k8s": {"namespace": "perf", "cluster_domain": "example.org"}}))
+    objects = next(iter(load(files).values()))
+    job = next(o for o in objects if o["kind"] == "Job")
+    service = next(o for o in objects if o["kind"] == "Service")
+    name = job["metadata"]["name"]
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["template"]["spec"]["subdomain"] == service["metadata"]["name"] == name
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    env = {e["name"]: e.get("value") for e in spec["template"]["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == f"{name}-0.{name}.perf.svc.example.org"
+    assert env["NNODES"] == "2" and "NODE_RANK" not in env  # each node's own rank comes from its variables file
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert "NODE_RANK=1\n" in config["data"]["node-1.env"] and "--node_rank=1 " in config["data"]["node-1.env"]
+
+
+def test_secrets_are_written_only_when_asked_and_never_elsewhere(cli, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "k8s", repo)
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("K8S_TEST_CRED", json.dumps({"username": "bob", "password": "hunter2-k8s"}))
+    result = cli("k8s", "render", "--tags", "secret", "--output-dir", str(tmp_path / "plain"))
+    assert result.code == 0 and "not written (they hold credentials)" in result.stderr
+    assert not [p for p in (tmp_path / "plain").rglob("??-secret-*.yaml")]
+    files = render(cli, tmp_path / "with", "--tags", "secret", "--include-secrets")
+    secret = next(p for p in files if p.name.split("-")[1] == "secret")
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    data = yaml.safe_load(secret.read_text())["data"]
+    assert base64.b64decode(data["K8S_TEST_CRED_PASSWORD"]).decode() == "hunter2-k8s"
+    for path in files:
+        if path != secret:
+            assert "hunter2-k8s" not in path.read_text() and "aHVudGVyMi1rOHM" not in path.read_text(), path
+    assert "hunter2-k8s" not in result.stdout + result.stderr
+    kubernetes_validate(files)
+    assert problems(next(iter(load(files).values()))) == []
+
+
+# -- the semantic checks catch what they promise to -------------------------------------------------
+def _job(**more) -> list[dict]:
+    spec = parse_distributed({"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 2}, source="test")
+    inputs = JobInputs(model_name="m", label="m", image_key="ci-m_base", image="reg.example/ci-m@sha256:" + "a" * 64,
+                       argv=("bash", "run.sh"), files={"run.sh": b"echo hi\n"}, env={"A": "1"}, run_id="r1",
+                       namespace="ns", spec=spec, gpu_count=2, gpu_resource="amd.com/gpu", timeout=60,
+                       secret_env={"CRED_PASSWORD": "x"}, **more)
+    return render_job(inputs, K8sSettings()).objects
+
+
+def _broken(change) -> list[str]:
+    objects = copy.deepcopy(_job())
+    change({o["kind"]: o for o in objects})
+    return problems(objects)
+
+
+def test_a_rendered_job_has_no_problems():
+    assert problems(_job()) == []
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda o: o["Job"]["spec"].pop("completions"), "Indexed mode requires completions"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"].update(restartPolicy="Always"), "restartPolicy"),
+    (lambda o: o["Job"]["metadata"]["labels"].update(big="x" * 64), "label big="),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update(
+        {"amd.com/gpu": "4"}), "must equal its request"),
+    (lambda o: o["Secret"]["data"].update(CRED_PASSWORD="not base64!"), "is not base64"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(privileged=True),
+     "unprivileged"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"].update(hostNetwork=True), "hostNetwork"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"].append(
+        {"key": "missing", "path": "x"}), "item key 'missing'"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0].pop("readOnly"),
+     "read-only"),
+    (lambda o: o["Job"]["metadata"].update(name="Bad_Name"), "not a DNS-1123 subdomain"),
+    (lambda o: o["Job"]["metadata"].update(name="m" * 62), "host names"),
+    (lambda o: o["Service"]["spec"].update(clusterIP="10.0.0.1"), "not headless"),
+    (lambda o: o["Job"]["spec"].update(parallelism=1), "parallelism 1 must equal completions 2"),
+])
+def test_the_checks_find_what_the_schema_misses(change, words):
+    found = _broken(change)
+    assert any(words in problem for problem in found), found
+
+
+# -- properties: arbitrary valid entries and contexts render valid objects ---------------------------
+_NAME = st.from_regex(r"[A-Za-z][A-Za-z0-9_.-]{0,70}", fullmatch=True)
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=30)
+_QUANTITY = st.builds(lambda n, s: f"{n}{s}", st.integers(1, 10**6), st.sampled_from(["", "m", "k", "M", "G", "Ki",
+                                                                                      "Mi", "Gi", "Ti"]))
+_LABEL = st.from_regex(r"(([a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?\.)?[a-z]{1,10}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,40}"
+                       r"[A-Za-z0-9])?", fullmatch=True)
+_VALUE = st.from_regex(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,40}[A-Za-z0-9])?)?", fullmatch=True)
+_TOLERATION = st.one_of(
+    st.fixed_dictionaries({"key": _LABEL, "operator": st.just("Exists")}, optional={
+        "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule"])}),
+    st.fixed_dictionaries({"key": _LABEL, "value": _VALUE, "effect": st.just("NoExecute")},
+                          optional={"tolerationSeconds": st.integers(0, 10**6)}))
+
+
+@st.composite
+def k8s_blocks(draw) -> dict:
+    block = draw(st.fixed_dictionaries({}, optional={
+        "namespace": st.from_regex(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", fullmatch=True),
+        "image_pull_policy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
+        "image_pull_secrets": st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True), max_size=2),
+        "gpu_resource_name": st.sampled_from(["amd.com/gpu", "nvidia.com/gpu", "example.com/accel"]),
+        "gpu_count": st.integers(0, 16), "cpu": _QUANTITY, "memory": _QUANTITY, "shm_size": _QUANTITY,
+        "node_selector": st.dictionaries(_LABEL, _VALUE, max_size=3),
+        "tolerations": st.lists(_TOLERATION, max_size=2),
+        "data_pvc": st.from_regex(r"[a-z][a-z0-9-]{0,30}[a-z0-9]", fullmatch=True),
+        "results_pvc": st.from_regex(r"[a-z][a-z0-9-]{0,30}[a-z0-9]", fullmatch=True),
+        "ttl_seconds_after_finished": st.one_of(st.none(), st.integers(0, 10**6)),
+        "backoff_limit": st.integers(0, 5), "host_ipc": st.booleans(), "host_network": st.booleans(),
+        "service_account": st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
+    }))
+    if "cpu" in block and draw(st.booleans()):
+        block["cpu_limit"] = block["cpu"]
+    if "memory" in block and draw(st.booleans()):
+        block["memory_limit"] = block["memory"]
+    return block
+
+
+_BLOCKS = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({"launcher": st.sampled_from([l for l in LAUNCHERS if l != "sglang-disagg"]),
+                           "nnodes": st.integers(1, 4)},
+                          optional={"nproc_per_node": st.integers(1, 8), "master_port": st.integers(1024, 65535),
+                                    "backend": st.sampled_from(["nccl", "gloo"])}),
+    st.fixed_dictionaries({"launcher": st.just("sglang-disagg"), "nnodes": st.integers(3, 5)}))
+
+
+@settings(max_examples=60 if os.environ.get("CI") else 25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(name=_NAME, args=st.lists(_TEXT, max_size=4), env=st.dictionaries(
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True), _TEXT, max_size=4),
+    block=k8s_blocks(), distributed=_BLOCKS, files=st.dictionaries(
+        st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,20}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,20})?", fullmatch=True),
+        st.binary(max_size=64), min_size=1, max_size=4),
+    timeout=st.one_of(st.none(), st.integers(1, 10**6)), secret=st.dictionaries(
+        st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True), st.from_regex(r"pw-[A-Za-z0-9]{12}", fullmatch=True),
+        max_size=2))
+def test_any_valid_entry_and_context_renders_objects_that_validate(name, args, env, block, distributed, files,
+                                                                   timeout, secret):
+    import kubernetes_validate
+
+    assume(not any(part in ("", ".", "..") for path in files for part in path.split("/")))
+    settings_ = k8s_settings(block)
+    spec = parse_distributed(distributed, source="test") if distributed else None
+    resource = settings_.gpu_resource_name
+    gpus = settings_.gpu_count if settings_.gpu_count is not None else (spec.nproc_per_node or 1 if spec else 1)
+    inputs = JobInputs(model_name=name, label=name, image_key=f"ci-{name}_base", image="registry.example/img:1",
+                       argv=("bash", "run.sh", *args), files=files, env=env, run_id="20260101-000000-abcdef",
+                       namespace=settings_.namespace or "default", spec=spec, gpu_count=gpus if resource else 0,
+                       gpu_resource=resource, timeout=timeout, secret_env=secret,
+                       registry_auth=("registry.example", "u", "p") if secret else None)
+    try:
+        job = render_job(inputs, settings_)
+    except LaunchError:
+        assume(False)  # a launcher refuses this placement (nproc above the GPUs asked for)
+        return
+    assert problems(job.objects, host_network=settings_.host_network, host_ipc=settings_.host_ipc) == []
+    for obj in job.objects:
+        plain = json.loads(json.dumps(obj))  # what goes over the wire
+        for version in VERSIONS:
+            kubernetes_validate.validate(plain, version, strict=True)
+    container = job.object("Job")["spec"]["template"]["spec"]["containers"][0]
+    assert [expand(a, {}) for a in container["args"]] == ["bash", "run.sh", *args]  # as the kubelet hands them over
+    values = {e["name"]: expand(e["value"], {}) for e in container["env"] if "value" in e}
+    assert all(values[k] == v for k, v in env.items())  # the model's variables win, as written
+    others = json.dumps([o for o in job.objects if o["kind"] != "Secret"])
+    for key, value in secret.items():  # by reference to the Secret only
+        assert key not in values and value not in others
+
+
+@given(st.text(max_size=40))
+def test_escaped_values_reach_the_container_as_written(text):
+    assert expand(escape(text), {"HOME": "/root", "A": "x"}) == text
+
+
+def test_a_pushed_manifest_renders_its_digest_and_a_pull_secret(cli, tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "k8s", repo)
+    monkeypatch.chdir(repo)
+    entry = json.loads((repo / "models.json").read_text())[0]
+    digest = "sha256:" + "c" * 64
+    (repo / "m.json").write_text(json.dumps({
+        "format": "madengine-build-manifest", "format_version": 1, "build_id": "b", "tags": ["k8s_ok"], "context": {},
+        "registry": "reg.example:5000/team", "images": [{
+            "model": "k8s_ok", "image": "ci-k8s_ok_base", "image_id": digest, "dockerfile": "docker/base.Dockerfile",
+            "registry_image": f"reg.example:5000/team/ci-k8s_ok_base@{digest}", "model_entry": entry}]}))
+    monkeypatch.setenv("MADENGINE_REGISTRY_USER", "ci")
+    monkeypatch.setenv("MADENGINE_REGISTRY_PASSWORD", "regpw-7f3e")
+    files = render(cli, tmp_path / "out", "--manifest-file", "m.json", "--registry", "mirror.local:5000/x",
+                   "--include-secrets")
+    objects = {o["kind"]: o for o in next(iter(load(files).values()))}
+    pod = objects["Job"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"mirror.local:5000/x/ci-k8s_ok_base@{digest}"
+    assert pod["imagePullSecrets"] == [{"name": objects["Secret"]["metadata"]["name"]}]
+    config = json.loads(base64.b64decode(objects["Secret"]["data"][".dockerconfigjson"]))
+    assert config["auths"]["mirror.local:5000"]["auth"] == base64.b64encode(b"ci:regpw-7f3e").decode()
+    assert objects["Secret"]["type"] == "kubernetes.io/dockerconfigjson"
+    kubernetes_validate(files)
