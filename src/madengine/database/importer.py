@@ -161,8 +161,7 @@ def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaseli
         baselines.seed({key: state.baseline for key, state in loaded.items()})
     for row in fresh:
         touched[row.group] = None
-        row.cells["relative_change"] = baselines.relative_change(row.group, row.cells["status"],
-                                                                 row.cells["performance"])
+        row.set("relative_change", baselines.relative_change(row.group, row.get("status"), row.get("performance")))
     outcome.inserted += store.insert(fresh, created_date)
     outcome.already_stored += len(batch) - len(fresh)
 

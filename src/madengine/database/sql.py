@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import operator
 import sqlite3
@@ -36,6 +37,7 @@ MYSQL_IO_TIMEOUT_S = 120  # a server that dies mid-import must not hang the comm
 SQLITE_IMPORT_CACHE_KB = 128 * 1024  # page cache of an importing connection
 MYSQL_LOCK_WAIT_S = 120  # how long an import waits for another one writing the same table
 _BATCH = 500
+_SQLITE_ROWS_PER_INSERT = 100  #: rows of one SQLite INSERT statement (at most its variable limit allows)
 _MYSQL_IDENTITY_INDEX = f"{IDENTITY_COLUMN}(255), status(16)"  # TEXT columns are indexed by prefix
 _RETRY_HINT = "perf.csv keeps every row: run 'madengine database update-table' again once it is reachable"
 
@@ -426,16 +428,31 @@ class SqlStore:
         The summary and history tables follow through :mod:`madengine.database.importer`."""
         q = self.dialect.q
         names = ["row_key", "created_date", *STORED_COLUMNS]
-        statement = (f"{self.dialect.insert_ignore} INTO {{t}} ({', '.join(q(n) for n in names)}) "
-                     f"VALUES ({', '.join('?' for _ in names)})")
+        head = f"{self.dialect.insert_ignore} INTO {{t}} ({', '.join(q(n) for n in names)}) VALUES "
+        one = f"({', '.join('?' for _ in names)})"
+        values = [(row.key, created_date, *row.values, json.dumps(row.extra, ensure_ascii=False) if row.extra else "",
+                   row.group) for row in rows]
+        if self.dialect is SQLITE:
+            return self._insert_sqlite(head, one, values)
         inserted = 0
-        cells_of = operator.itemgetter(*ALL_COLUMNS)
-        for start in range(0, len(rows), _BATCH):
-            values = [(row.key, created_date, *cells_of(row.cells),
-                       json.dumps(row.extra, ensure_ascii=False) if row.extra else "", row.group)
-                      for row in rows[start:start + _BATCH]]
+        for start in range(0, len(values), _BATCH):
             cursor = self.connection.cursor()
-            cursor.executemany(self._sql(statement), values)
+            cursor.executemany(self._sql(head + one), values[start:start + _BATCH])  # pymysql: multi-row INSERTs
+            inserted += max(cursor.rowcount, 0)
+        return inserted
+
+    def _insert_sqlite(self, head: str, one: str, values: Sequence[tuple[Any, ...]]) -> int:
+        """``values`` as INSERT statements of many rows each: SQLite steps once per statement, not per
+        row, so a reading thread has the interpreter while SQLite writes a hundred rows."""
+        columns = len(values[0]) if values else 1
+        per = max(1, min(_SQLITE_ROWS_PER_INSERT, self.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // columns))
+        full = self._sql(head + ", ".join([one] * per))
+        cursor = self.connection.cursor()
+        inserted = 0
+        for start in range(0, len(values), per):
+            part = values[start:start + per]
+            statement = full if len(part) == per else self._sql(head + ", ".join([one] * len(part)))
+            cursor.execute(statement, list(itertools.chain.from_iterable(part)))
             inserted += max(cursor.rowcount, 0)
         return inserted
 
