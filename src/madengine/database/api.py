@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from madengine.core.errors import InputError
 from madengine.core.gcpause import collector_paused
@@ -108,17 +108,18 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
     url = resolve_sql_url(db_url, environ)
     enriched = 0
 
-    def batches() -> Iterator[list[rowlib.ImportRow]]:
+    def batches(rows: Iterable[list[rowlib.ImportRow]]) -> Iterator[list[rowlib.ImportRow]]:
         nonlocal enriched
-        for batch in source.batches():
+        for batch in rows:
             if entries is not None:
                 enriched += rowlib.enrich_from_models(batch, entries)
             yield batch
 
-    with open_store(url, table, environ, create=True) as store:
+    # the rows are read ahead from here on (a child process for a big file), while the store is made ready
+    with importer.ReadAhead(source.batches(), total) as ahead, open_store(url, table, environ, create=True) as store:
         state = store.create_table()
         importer.catch_up(store, reporter)
-        outcome = importer.import_rows(store, batches(), total=total, reporter=reporter,
+        outcome = importer.import_rows(store, batches(ahead), total=total, reporter=reporter,
                                        what=f"importing {source.path.name}")
     return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=total,
                         inserted=outcome.inserted, already_stored=total - outcome.inserted, enriched=enriched,

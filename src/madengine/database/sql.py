@@ -351,15 +351,15 @@ class SqlStore:
         finally:
             self._create_sqlite_indexes()
 
-    def new_rows(self, mark: int, keys: Sequence[str]) -> list[dict[str, str]]:
-        """The rows after ``mark`` of these identities (``series.ROW_COLUMNS`` and the identity key),
-        by identity then id."""
+    def new_rows(self, mark: int, keys: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The rows after ``mark`` of these identities, by identity then id: tuples of
+        ``series.ROW_COLUMNS`` then the identity key (NULL cells stay None: readers use ``or ""``)."""
         names = [*ROW_COLUMNS, IDENTITY_COLUMN]
         marks = ", ".join("?" for _ in keys)
         cursor = self._execute(f"SELECT {', '.join(self.dialect.q(n) for n in names)} FROM {{t}} "
                                f"WHERE {IDENTITY_COLUMN} IN ({marks}) AND id > ? ORDER BY {IDENTITY_COLUMN}, id",
                                (*keys, mark))
-        return [dict(zip(names, row)) for row in cursor.fetchall()]  # NULL cells stay None: readers use `or ""`
+        return cursor.fetchall()
 
     def has_rows_before(self, key: str, mark: int) -> bool:
         return self._execute(f"SELECT id FROM {{t}} WHERE {IDENTITY_COLUMN} = ? AND id <= ? LIMIT 1",
