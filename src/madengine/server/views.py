@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from madengine.core.errors import InputError
+from madengine.core.gcpause import settle
 from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
@@ -239,6 +240,7 @@ class Dashboard:
         self._history = Memo(2)  # alerts (per triage version)
         self._references = Memo(8)  # per old run: the history each result is judged against
         self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
+        self._settled: Version | None = None  #: the version whose data was last marked long-lived
 
     # --- data versions ---
 
@@ -251,6 +253,11 @@ class Dashboard:
             self._alerts(version)
             self.tails.refresh(self._series_states(version))
             self.tails.prepare(stop=lambda: self.changes.stopping)
+            if version != self._settled:
+                # hundreds of thousands of objects that live until the next version: a full collection
+                # walking them took 150 ms, paid by whichever request triggered it
+                self._settled = version
+                settle()
 
     def version(self) -> Version:
         return self.reader.version()
