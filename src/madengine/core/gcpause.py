@@ -38,9 +38,3 @@ def collector_paused() -> Iterator[None]:
         if was_enabled:
             gc.enable()
 
-
-def settle() -> None:
-    """What lives now lives long (a server's data, made once per data version): later collections
-    skip it, so a request never waits for a scan of it. Only in a process a command owns."""
-    if _freeze:
-        gc.freeze()

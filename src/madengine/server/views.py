@@ -18,15 +18,16 @@ an earlier release falls back to finding change points in the background (``Chan
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import math
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from madengine.core.errors import InputError
-from madengine.core.gcpause import settle
+from madengine.core.gcpause import collector_paused
 from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
@@ -240,7 +241,9 @@ class Dashboard:
         self._history = Memo(2)  # alerts (per triage version)
         self._references = Memo(8)  # per old run: the history each result is judged against
         self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
-        self._settled: Version | None = None  #: the version whose data was last marked long-lived
+        self._settled: Version | None = None  #: the version whose data was last made and marked long-lived
+        self._serving = 0  #: requests being answered: the background pass gives way to them
+        self._serving_lock = threading.Lock()
 
     # --- data versions ---
 
@@ -248,16 +251,34 @@ class Dashboard:
         """Make what the pages read for the current data (the background pass calls it), so that the
         first request after rows land does not pay for it."""
         version = self.version()
-        if version.exists:
-            self._items(version)
-            self._alerts(version)
-            self.tails.refresh(self._series_states(version))
-            self.tails.prepare(stop=lambda: self.changes.stopping)
-            if version != self._settled:
-                # hundreds of thousands of objects that live until the next version: a full collection
-                # walking them took 150 ms, paid by whichever request triggered it
-                self._settled = version
-                settle()
+        if not version.exists:
+            return
+        if version == self._settled:
+            self._make(version)  # made before: what an interrupted pass left, if anything
+            return
+        # a new version makes hundreds of thousands of objects that live until the next one: made with
+        # the collector paused, then frozen (the program's own process), a full collection walking them
+        # (150 ms, paid by whichever request triggered it) never comes
+        with collector_paused():
+            self._make(version)
+        self._settled = version
+
+    def _make(self, version: Version) -> None:
+        self._items(version)
+        self._alerts(version)
+        self.tails.refresh(self._series_states(version))
+        self.tails.prepare(stop=lambda: self.changes.stopping, busy=lambda: self._serving > 0)
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around the answer to a request: the background pass waits meanwhile."""
+        with self._serving_lock:
+            self._serving += 1
+        try:
+            yield
+        finally:
+            with self._serving_lock:
+                self._serving -= 1
 
     def version(self) -> Version:
         return self.reader.version()
