@@ -210,7 +210,7 @@ def _read_all_elsewhere() -> list[dict[str, Any]]:
     raise _NeedsRows
 
 
-Task = tuple[Any, ...]  #: (state or None, identity key, its new rows as store tuples, read whole if needed, since)
+Task = tuple[Any, ...]  #: (state or None, identity key, its new rows (ROW_COLUMNS tuples), read whole if needed, since)
 
 
 def _advance_task(state: SeriesState | None, key: str, rows: Sequence[Sequence[Any]], reread: bool, since: int,
@@ -296,8 +296,8 @@ def _submit_chunk(store: Store, mark: int, chunk: list[str], workers: _Workers,
     for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=operator.itemgetter(-1)):
         state = states.get(key)
         # ids start at 1: an import into an empty table (mark 0) has no rows before its own to look for
-        tasks.append((state, key, list(rows), state is not None or (mark > 0 and store.has_rows_before(key, mark)),
-                      mark))
+        tasks.append((state, key, [row[:-1] for row in rows],  # the identity key of every row: sent once
+                      state is not None or (mark > 0 and store.has_rows_before(key, mark)), mark))
     return chunk, workers.submit(tasks)
 
 
