@@ -177,6 +177,7 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
             _insert_batch(store, batch, baselines, touched, states if history and mark else None, created_date,
                           outcome, empty=mark == 0)
             progress(done, total, "rows")
+    store.rows_written()
     if outcome.inserted:
         store.absorb(mark)
         if history:

@@ -178,6 +178,9 @@ class MongoStore:
     def begin_import(self, wait_s: float = 0.0) -> None:
         """Nothing to lock: documents are upserted by content key and ordered by ``seq``."""
 
+    def rows_written(self) -> None:
+        """Nothing to give back."""
+
     def mark(self) -> int:
         """The newest ``seq``: documents an import inserts come after it."""
         newest = list(self.collection.find({}, {"seq": 1, "_id": 0}).sort("seq", -1).limit(1))

@@ -196,6 +196,7 @@ class SqlStore:
         connect = _connect_sqlite if url.scheme == "sqlite" else _connect_mysql
         self.connection = connect(url, create and not readonly, readonly)
         self._summaries: bool | None = None  #: the summary tables exist, so inserts keep them current
+        self._cache_size: int | None = None  #: SQLite's page cache size before an import enlarged it
 
     def __enter__(self) -> "SqlStore":
         return self
@@ -323,6 +324,7 @@ class SqlStore:
         for ``wait_s``)."""
         if self.dialect is SQLITE:
             # the unique key and identity indexes of a million rows take random inserts: keep their pages
+            self._cache_size = self.connection.execute("PRAGMA cache_size").fetchone()[0]
             self.connection.execute(f"PRAGMA cache_size = -{SQLITE_IMPORT_CACHE_KB}")
             if not self.connection.in_transaction:
                 self.connection.execute("BEGIN IMMEDIATE")
@@ -332,6 +334,13 @@ class SqlStore:
         if got != 1:
             raise ServiceError(f"another import has been writing table '{self.table}' for {wait_s:g} s",
                                path=self.url.shown, hint=_RETRY_HINT)
+
+    def rows_written(self) -> None:
+        """An import's rows are in: its page cache goes back to the connection's own size (the series
+        pass reads each page once; the worker processes it forks then share less of this one)."""
+        if self._cache_size is not None:
+            self.connection.execute(f"PRAGMA cache_size = {int(self._cache_size)}")
+            self._cache_size = None
 
     def mark(self) -> int:
         """The newest row id: rows an import inserts come after it."""
