@@ -7,6 +7,7 @@ tests/test_database_mongo.py).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import random
@@ -145,6 +146,33 @@ def test_canonical_text_is_the_json_of_earlier_releases():
         assert rowlib._canonical(row) == expected
 
     check()
+
+
+_NAMES = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=6)
+_CELLS = st.sampled_from(["", " ", "1.5", " a b ", "x,y", 'say "hi"', "line\nbreak", "ü", "Ω\t"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(names=st.lists(_NAMES, min_size=1, max_size=6, unique_by=str.strip), with_relative=st.booleans(),
+       rows=st.lists(st.lists(_CELLS, min_size=1, max_size=9), min_size=1, max_size=12), twins=st.integers(0, 3))
+def test_the_streamed_keys_are_the_keys_of_the_rows_as_read(tmp_path_factory, names, with_relative, rows, twins):
+    """A perf.csv's content keys from PerfCsv (cells picked by a layout made once, in sorted column
+    order) are content_keys() of its rows read as dicts: any column names, quoted commas, quotes and
+    newlines, whitespace, short rows, a relative_change column, identical twins."""
+    header = [name.strip() for name in names if name.strip() not in ("model", "relative_change")] + ["model"]
+    if with_relative:
+        header.insert(len(header) // 2, "relative_change")
+    body = [[*cells[:len(header)]] for cells in rows] + [list(rows[0][:len(header)])] * twins
+    for cells in body:
+        cells += [""] * (len(header) - len(cells))
+        cells[header.index("model")] = cells[header.index("model")].strip() or "m"
+    path = tmp_path_factory.mktemp("keys") / "perf.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([header, *body])
+    source = PerfCsv(path)
+    assert source.check() == len(body)
+    as_read = [dict(zip(header, (cell.strip() for cell in cells))) for cells in body]
+    assert [row.key for batch in source.batches(size=4) for row in batch] == content_keys(as_read)
 
 
 class Lines(Reporter):
