@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from madengine.core.errors import InputError
-from madengine.core.gcpause import collector_paused
+from madengine.core.gcpause import collector_paused, settle
 from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
@@ -241,7 +241,7 @@ class Dashboard:
         self._history = Memo(2)  # alerts (per triage version)
         self._references = Memo(8)  # per old run: the history each result is judged against
         self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
-        self._settled: Version | None = None  #: the version whose data was last made and marked long-lived
+        self._settled: Version | None = None  #: the version whose references were last made and frozen
         self._serving = 0  #: requests being answered: the background pass gives way to them
         self._serving_lock = threading.Lock()
 
@@ -253,21 +253,19 @@ class Dashboard:
         version = self.version()
         if not version.exists:
             return
-        if version == self._settled:
-            self._make(version)  # made before: what an interrupted pass left, if anything
-            return
-        # a new version makes hundreds of thousands of objects that live until the next one: made with
-        # the collector paused, then frozen (the program's own process), a full collection walking them
-        # (150 ms, paid by whichever request triggered it) never comes
-        with collector_paused():
-            self._make(version)
-        self._settled = version
-
-    def _make(self, version: Version) -> None:
-        self._items(version)
-        self._alerts(version)
-        self.tails.refresh(self._series_states(version))
+        # a new version makes hundreds of thousands of objects that live until the next one; frozen
+        # once made (the program's own process), no full collection walks them again (150 ms, paid
+        # by whichever request triggered it). The references, made only while no request is being
+        # answered (which may take long), are made with the collector running, then frozen too.
+        fresh = version != self._settled
+        with collector_paused() if fresh else contextlib.nullcontext():
+            self._items(version)
+            self._alerts(version)
+            self.tails.refresh(self._series_states(version))
         self.tails.prepare(stop=lambda: self.changes.stopping, busy=lambda: self._serving > 0)
+        if fresh and not self.changes.stopping:
+            self._settled = version
+            settle()
 
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
