@@ -464,3 +464,31 @@ def test_serve_imports_perf_csv_files_first(tmp_path):
                       str(tmp_path / "bad.csv"), timeout=60)
     assert bad.returncode == 2 and "bad.csv: line 2: empty 'model' cell" in bad.stderr, bad.stderr
     assert bad.stderr.strip().count("\n") == 0 and not (tmp_path / "other.db").exists()
+
+
+def test_series_cache_prepares_every_tail_run_and_gives_way_to_requests():
+    """Every run a series state keeps gets its reference ahead of the requests (the same one a request
+    would make), a run older than the tail none; while a request is answered, nothing is made."""
+    from madengine.database.series import TAIL, advance
+    from madengine.results.identity import ResultIdentity
+    from madengine.server.history import SeriesCache
+
+    def rows(seed: int, n: int) -> list[dict]:
+        return [{"id": k + 1, "status": "SUCCESS", "performance": str(100 + (k * seed) % 7), "perf_samples": "",
+                 "run_id": f"run{k:04d}", "started_at": f"2026-01-01T00:{k // 60 % 60:02d}:{k % 60:02d}Z",
+                 "relative_change": ""} for k in range(n)]
+
+    keys = [ResultIdentity(model=m, metric="samples/s").key() for m in ("m1", "m2")]
+    states = {key: advance(None, key, rows(seed, TAIL + 30), None).state for seed, key in zip((3, 5), keys)}
+    cache = SeriesCache(lambda keys: {k: states[k] for k in keys})
+    cache.refresh({k: {"covered": s.covered} for k, s in states.items()})
+    asked = []
+    cache.prepare(stop=lambda: len(asked) > 3, busy=lambda: asked.append(1) or True)
+    assert cache._references == {}  # a request was being answered all along: nothing made
+    cache.prepare()
+    for key, state in states.items():
+        assert list(cache._references[key]) == [p.run for p in state.tail]
+        assert all(ref == SeriesCache._reference(state, run) for run, ref in cache._references[key].items())
+    tail_run, older = states[keys[0]].tail[-1].run, "run0005"
+    assert set(cache.references_at(tail_run, {k: k for k in states})) == set(states)
+    assert cache.references_at(older, {k: k for k in states}) == {}

@@ -7,6 +7,7 @@ tests/test_database_mongo.py).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import random
@@ -69,6 +70,61 @@ def test_a_perf_csv_is_imported_in_batches_with_the_keys_of_the_whole_file(workd
     assert (again.inserted, again.already_stored, again.new_alerts) == (0, 12, 0)
 
 
+def every_table(path) -> dict[str, list[tuple]]:
+    """Every table of a results database, rows in order, the moments of the import left out."""
+    connection = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        out = {}
+        for table in tables:
+            names = [r[1] for r in connection.execute(f'PRAGMA table_info("{table}")')
+                     if r[1] not in ("created_date", "detected_at", "updated_at")]
+            out[table] = connection.execute(f'SELECT {", ".join(names)} FROM "{table}" ORDER BY 1').fetchall()
+        return out
+    finally:
+        connection.close()
+
+
+def test_a_big_import_read_ahead_and_advanced_in_processes_writes_what_a_small_one_writes(workdir, monkeypatch):
+    """The child process that reads a big perf.csv ahead and the workers that advance its series
+    change nothing in what is stored: every table as the in-process import of the same rows."""
+    rows = [*stepped("a", 40, 25), *stepped("b", 40, 60, seed=2),
+            *[dict(model="c", performance=1.0 + k % 3, run_id=f"run{k:03d}", extra={"zone": "x" * (k % 2)})
+              for k in range(30)],
+            dict(model="c", performance=7.0, run_id="twin"), dict(model="c", performance=7.0, run_id="twin"),
+            dict(model="d", status="FAILURE", reason="out of memory", run_id="run001")]
+    write_perf_csv(workdir / "perf.csv", rows)
+    write_perf_csv(workdir / "next.csv", stepped("a", 3, 0, seed=5, prefix="next"))
+    monkeypatch.setattr(rowlib, "BATCH_ROWS", 7)
+    for name, threshold in (("small.db", 10**9), ("big.db", 1)):
+        monkeypatch.setattr(importer, "READ_AHEAD_FROM", threshold)
+        monkeypatch.setattr(importer, "WORKERS_FROM", threshold)
+        first = update_table(workdir / "perf.csv", f"sqlite:///{name}")
+        assert (first.inserted, first.series) == (len(rows), 4)
+        assert update_table(workdir / "next.csv", f"sqlite:///{name}").inserted == 3
+    assert every_table(workdir / "big.db") == every_table(workdir / "small.db")
+
+
+def test_read_ahead_raises_the_childs_error_here_and_reaps_it(workdir):
+    def failing():
+        yield [rowlib.ImportRow("k1", [""] * len(rowlib.COLUMN_AT), {}, "g")]
+        raise InputError("line 9: empty 'model' cell", path="perf.csv", hint="fix or remove that line")
+
+    with importer.ReadAhead(failing(), rows=10**9) as ahead:
+        batches = iter(ahead)
+        assert [row.key for row in next(batches)] == ["k1"]
+        with pytest.raises(InputError) as caught:
+            next(batches)
+        child = ahead._child
+    assert str(caught.value) == "perf.csv: line 9: empty 'model' cell (fix or remove that line)"
+    assert child is not None and not child.is_alive() and child.exitcode == 0
+    endless = ([rowlib.ImportRow(f"k{k}", [""] * len(rowlib.COLUMN_AT), {}, "g")] for k in range(10**9))
+    with importer.ReadAhead(endless, rows=10**9) as ahead:
+        assert next(iter(ahead))[0].key == "k0"  # the import stops early: the child is ended with the block
+        child = ahead._child
+    assert not child.is_alive()
+
+
 def test_rows_appended_while_importing_wait_for_the_next_import(workdir):
     write_perf_csv(workdir / "perf.csv", history("m", [1, 2, 3]))
     source = PerfCsv(workdir / "perf.csv")
@@ -90,6 +146,33 @@ def test_canonical_text_is_the_json_of_earlier_releases():
         assert rowlib._canonical(row) == expected
 
     check()
+
+
+_NAMES = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=6)
+_CELLS = st.sampled_from(["", " ", "1.5", " a b ", "x,y", 'say "hi"', "line\nbreak", "ü", "Ω\t"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(names=st.lists(_NAMES, min_size=1, max_size=6, unique_by=str.strip), with_relative=st.booleans(),
+       rows=st.lists(st.lists(_CELLS, min_size=1, max_size=9), min_size=1, max_size=12), twins=st.integers(0, 3))
+def test_the_streamed_keys_are_the_keys_of_the_rows_as_read(tmp_path_factory, names, with_relative, rows, twins):
+    """A perf.csv's content keys from PerfCsv (cells picked by a layout made once, in sorted column
+    order) are content_keys() of its rows read as dicts: any column names, quoted commas, quotes and
+    newlines, whitespace, short rows, a relative_change column, identical twins."""
+    header = [name.strip() for name in names if name.strip() not in ("model", "relative_change")] + ["model"]
+    if with_relative:
+        header.insert(len(header) // 2, "relative_change")
+    body = [[*cells[:len(header)]] for cells in rows] + [list(rows[0][:len(header)])] * twins
+    for cells in body:
+        cells += [""] * (len(header) - len(cells))
+        cells[header.index("model")] = cells[header.index("model")].strip() or "m"
+    path = tmp_path_factory.mktemp("keys") / "perf.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([header, *body])
+    source = PerfCsv(path)
+    assert source.check() == len(body)
+    as_read = [dict(zip(header, (cell.strip() for cell in cells))) for cells in body]
+    assert [row.key for batch in source.batches(size=4) for row in batch] == content_keys(as_read)
 
 
 class Lines(Reporter):

@@ -224,3 +224,27 @@ def test_series_states_and_alerts_on_mariadb_match_sqlite(server, database, cli,
     assert [r["state"] for r in _rows(server, name, "dlm_table_alert_log")] == ["fixed"]
     assert [r["relative_change"] for r in _rows(server, name)][:30] == \
         [r[0] for r in sqlite3.connect(tmp_path / "same.db").execute("SELECT relative_change FROM dlm_table ORDER BY id")]
+
+
+def test_a_big_import_on_mariadb_read_ahead_and_advanced_in_workers_matches_sqlite(server, database, tmp_path,
+                                                                                   monkeypatch):
+    """A perf.csv read ahead in a child process and its series advanced in worker processes (the
+    path of a big import, forced here) write on MariaDB what the in-process import writes on SQLite."""
+    from madengine.database import importer, rows as rowlib
+
+    name, url = database
+    rows = [dict(model=model, performance=100.0 * (1.1 if k >= at else 1.0) + (k % 3) * 0.2, run_id=f"run{k:03d}",
+                 started_at=f"2026-01-01T00:{k:02d}:00Z") for model, at in (("m", 20), ("n", 99)) for k in range(32)]
+    write_perf_csv(tmp_path / "perf.csv", rows)
+    lite = f"sqlite:///{tmp_path / 'same.db'}"
+    assert update_table(tmp_path / "perf.csv", lite).inserted == len(rows)
+    monkeypatch.setattr(rowlib, "BATCH_ROWS", 9)
+    monkeypatch.setattr(importer, "READ_AHEAD_FROM", 1)
+    monkeypatch.setattr(importer, "WORKERS_FROM", 1)
+    result = update_table(tmp_path / "perf.csv", url)
+    assert (result.inserted, result.series, result.new_alerts) == (len(rows), 2, 1)
+    same = sqlite3.connect(tmp_path / "same.db")
+    assert [(r["row_key"], r["relative_change"]) for r in _rows(server, name)] == \
+        same.execute("SELECT row_key, relative_change FROM dlm_table ORDER BY id").fetchall()
+    assert [(a["alert_id"], a["after_run"]) for a in _rows(server, name, "dlm_table_alerts", "alert_id")] == \
+        same.execute("SELECT alert_id, after_run FROM dlm_table_alerts ORDER BY alert_id").fetchall()

@@ -37,3 +37,10 @@ def collector_paused() -> Iterator[None]:
             gc.freeze()
         if was_enabled:
             gc.enable()
+
+
+def settle() -> None:
+    """What lives now lives long (a server's data, made once per data version): later collections
+    skip it. Only in a process a command owns."""
+    if _freeze:
+        gc.freeze()

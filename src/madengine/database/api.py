@@ -13,9 +13,10 @@ import contextlib
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from madengine.core.errors import InputError
+from madengine.core.gcpause import collector_paused
 from madengine.core.events import Reporter
 from madengine.database import alerts as alertlib
 from madengine.database import importer
@@ -96,23 +97,29 @@ def update_table(csv_file_path: Path, db_url: str | None = None, environ: Mappin
     earlier release is migrated in place first. ``reporter`` gets progress lines on long imports.
     """
     environ = _environ(environ)
-    source = rowlib.PerfCsv(Path(csv_file_path))
+    with collector_paused():  # millions of rows made and dropped, none in a cycle: nothing to scan for
+        return _update_table(rowlib.PerfCsv(Path(csv_file_path)), db_url, environ, model_json_path, table, reporter)
+
+
+def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[str, str],
+                  model_json_path: Path | None, table: str, reporter: Reporter | None) -> ImportResult:
     total = source.check()
     entries = rowlib.load_model_entries(Path(model_json_path)) if model_json_path is not None else None
     url = resolve_sql_url(db_url, environ)
     enriched = 0
 
-    def batches() -> Iterator[list[rowlib.ImportRow]]:
+    def batches(rows: Iterable[list[rowlib.ImportRow]]) -> Iterator[list[rowlib.ImportRow]]:
         nonlocal enriched
-        for batch in source.batches():
+        for batch in rows:
             if entries is not None:
                 enriched += rowlib.enrich_from_models(batch, entries)
             yield batch
 
-    with open_store(url, table, environ, create=True) as store:
+    # the rows are read ahead from here on (a child process for a big file), while the store is made ready
+    with importer.ReadAhead(source.batches(), total) as ahead, open_store(url, table, environ, create=True) as store:
         state = store.create_table()
         importer.catch_up(store, reporter)
-        outcome = importer.import_rows(store, batches(), total=total, reporter=reporter,
+        outcome = importer.import_rows(store, batches(ahead), total=total, reporter=reporter,
                                        what=f"importing {source.path.name}")
     return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=total,
                         inserted=outcome.inserted, already_stored=total - outcome.inserted, enriched=enriched,

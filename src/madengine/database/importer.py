@@ -25,18 +25,20 @@ import contextlib
 import dataclasses
 import itertools
 import multiprocessing
+import operator
 import os
-import queue
-import threading
+import pickle
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
+from madengine.core.errors import ServiceError
 from madengine.core.events import Reporter
 from madengine.database import alerts as alertlib
-from madengine.database.rows import IDENTITY_COLUMN, ImportRow, now_text
-from madengine.database.series import Advance, RunningBaselines, SeriesState, advance
+from madengine.database.rows import ImportRow, now_text
+from madengine.database.series import ROW_COLUMNS, Advance, RunningBaselines, SeriesState, advance
 
 SERIES_CHUNK = 100  #: series whose new rows are read and written at once
+READ_AHEAD_FROM = 50_000  #: rows of a perf.csv from which its batches are read in a child process (ReadAhead)
 WORKERS_FROM = 50_000  #: rows an import brings from which its series are advanced in worker processes
 #: (a nightly run adds one point to each series: its work is small, handing it out would cost as much)
 MAX_WORKERS = 4
@@ -54,47 +56,81 @@ class Outcome:
     corrected: int = 0  #: relative_change cells the series pass corrected
 
 
-class Prefetch:
-    """The batches of an iterable made in a thread, at most ``depth`` ahead: reading and keying the
-    next rows overlaps with the database writing the last ones (SQLite and the drivers release the
-    interpreter while they work). An exception of the reader comes out where the batch would have."""
+class ReadAhead:
+    """The row batches of a big perf.csv made in a forked child process while this one writes the
+    last ones: reading, checking and keying the rows (pure Python, half of an import's work) then
+    runs on another core. The child only reads the file and sends each batch down a pipe, pickled,
+    with the cells of a batch interned (a cell repeated down the rows is sent once, and unpickled
+    once); the pipe holds the child back when it is a batch ahead. An exception of the child comes
+    out where its batch would have. A small import (``rows`` below ``READ_AHEAD_FROM``), or a
+    platform without fork, reads its batches here.
 
-    _END = object()
+    Use as a context manager entered before the store is opened: the child then holds no database
+    connection. It leaves through ``os._exit`` (multiprocessing's fork processes do) and is reaped,
+    or killed, when the block ends, whether the batches were all read or not."""
 
-    def __init__(self, source: Iterable[list[ImportRow]], depth: int = 2) -> None:
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._fill, args=(iter(source),), name="madengine-import-read",
-                                        daemon=True)
-        self._thread.start()
+    def __init__(self, source: Iterable[list[ImportRow]], rows: int) -> None:
+        self._source = source
+        self._fork = rows >= READ_AHEAD_FROM and "fork" in multiprocessing.get_all_start_methods()
+        self._child: Any = None
+        self._reader: Any = None
 
-    def _fill(self, source: Iterator[list[ImportRow]]) -> None:
-        try:
-            for batch in source:
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(batch, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            self._queue.put(self._END)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            self._queue.put(exc)
+    def __enter__(self) -> "ReadAhead":
+        if self._fork:
+            context = multiprocessing.get_context("fork")
+            self._reader, writer = context.Pipe(duplex=False)
+            self._child = context.Process(target=_send_batches, args=(self._source, writer),
+                                          name="madengine-import-read", daemon=True)
+            self._child.start()
+            writer.close()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._child is not None:
+            self._reader.close()  # a child still sending gets a broken pipe and leaves
+            self._child.join(timeout=5)
+            if self._child.is_alive():
+                self._child.kill()
+                self._child.join()
+            self._child = None
 
     def __iter__(self) -> Iterator[list[ImportRow]]:
+        if self._child is None:
+            yield from self._source
+            return
+        while True:
+            try:
+                message = self._reader.recv_bytes()
+            except EOFError:
+                raise ServiceError(f"the process reading the rows ended early (exit code {self._child.exitcode})",
+                                   hint="run the import again") from None
+            kind, payload = message[:1], message[1:]
+            if kind == b"E":
+                return
+            if kind == b"X":
+                raise pickle.loads(payload)
+            yield [ImportRow(*fields) for fields in pickle.loads(payload)]
+
+
+def _send_batches(source: Iterable[list[ImportRow]], writer: Any) -> None:
+    """The child of :class:`ReadAhead`: every batch of ``source``, then an end mark, or the exception."""
+    try:
+        for batch in source:
+            interned: dict[str, str] = {}
+            fields = [(row.key, list(map(interned.setdefault, row.values, row.values)), row.extra, row.group)
+                      for row in batch]
+            writer.send_bytes(b"B" + pickle.dumps(fields, pickle.HIGHEST_PROTOCOL))
+        writer.send_bytes(b"E")
+    except BrokenPipeError:
+        return  # the import stopped reading
+    except BaseException as exc:  # noqa: BLE001 - handed to the importing process, raised there
         try:
-            while True:
-                item = self._queue.get()
-                if item is self._END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            self._stop.set()
-            self._thread.join(timeout=5)
+            payload = pickle.dumps(exc)
+            pickle.loads(payload)  # an exception that cannot be rebuilt there is sent as its line
+        except Exception:  # noqa: BLE001
+            payload = pickle.dumps(ServiceError(f"reading the rows failed: {type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):
+            writer.send_bytes(b"X" + payload)
 
 
 class Progress:
@@ -136,11 +172,12 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
     outcome, done = Outcome(), 0
     progress(0, total, "rows")
     with store.bulk() if mark == 0 else contextlib.nullcontext():
-        for batch in Prefetch(batches):
+        for batch in batches:
             done += len(batch)
             _insert_batch(store, batch, baselines, touched, states if history and mark else None, created_date,
                           outcome, empty=mark == 0)
             progress(done, total, "rows")
+    store.rows_written()
     if outcome.inserted:
         store.absorb(mark)
         if history:
@@ -161,8 +198,7 @@ def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaseli
         baselines.seed({key: state.baseline for key, state in loaded.items()})
     for row in fresh:
         touched[row.group] = None
-        row.cells["relative_change"] = baselines.relative_change(row.group, row.cells["status"],
-                                                                 row.cells["performance"])
+        row.set("relative_change", baselines.relative_change(row.group, row.get("status"), row.get("performance")))
     outcome.inserted += store.insert(fresh, created_date)
     outcome.already_stored += len(batch) - len(fresh)
 
@@ -175,19 +211,28 @@ def _read_all_elsewhere() -> list[dict[str, Any]]:
     raise _NeedsRows
 
 
-def _advance_in_worker(state: SeriesState | None, key: str, rows: list[dict[str, Any]], reread: bool,
-                       since: int) -> Advance | None:
-    """advance() in a worker process (no database there): None when the series must be read whole."""
+Task = tuple[Any, ...]  #: (state or None, identity key, its new rows (ROW_COLUMNS tuples), read whole if needed, since)
+
+
+def _advance_task(state: SeriesState | None, key: str, rows: Sequence[Sequence[Any]], reread: bool, since: int,
+                  read_all: Any = None) -> Advance | None:
+    """advance() of one series given its new rows as the store's tuples; ``read_all`` None (a worker
+    process, no database there): None when the series must be read whole."""
     try:
-        return advance(state, key, rows, _read_all_elsewhere if reread else None, since=since)
+        return advance(state, key, [dict(zip(ROW_COLUMNS, row)) for row in rows],
+                       (read_all or _read_all_elsewhere) if reread else None, since=since)
     except _NeedsRows:
         return None
 
 
+def _advance_in_worker(tasks: Sequence[Task]) -> list[Advance | None]:
+    return [_advance_task(*task) for task in tasks]
+
+
 class _Workers:
     """Where the series of a big import are advanced: worker processes (as many as the machine has
-    cores, up to MAX_WORKERS) while this process reads the next series and writes the last; in this
-    process alone for a small import.
+    cores, up to MAX_WORKERS), each given a share of a chunk's series at once, while this process
+    reads the next chunk and writes the last; in this process alone for a small import.
 
     The workers are forked: a spawned one would run the caller's script again (a script calling
     ``update_table`` needs no ``if __name__ == "__main__"``). They only compute, never touch the
@@ -197,21 +242,27 @@ class _Workers:
     def __init__(self, rows: int, series: int) -> None:
         cores = os.cpu_count() or 1
         self.pool = None
+        self.size = 1
         if rows >= WORKERS_FROM and series > 1 and cores > 1 and "fork" in multiprocessing.get_all_start_methods():
-            self.pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(cores, MAX_WORKERS), mp_context=multiprocessing.get_context("fork"))
+            self.size = min(cores, MAX_WORKERS)
+            self.pool = concurrent.futures.ProcessPoolExecutor(max_workers=self.size,
+                                                               mp_context=multiprocessing.get_context("fork"))
 
-    def submit(self, task: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
-        return task, None if self.pool is None else self.pool.submit(_advance_in_worker, *task)
+    def submit(self, tasks: list[Task]) -> list[tuple[list[Task], Any]]:
+        """Handles of ``tasks``: one share per worker (the tasks themselves in this process)."""
+        if self.pool is None:
+            return [(tasks, None)]
+        share = -(-len(tasks) // self.size)
+        return [(part, self.pool.submit(_advance_in_worker, part))
+                for part in (tasks[k:k + share] for k in range(0, len(tasks), share))]
 
     @staticmethod
-    def result(store: Store, handle: tuple[tuple[Any, ...], Any]) -> Advance:
-        task, future = handle
-        step = None if future is None else future.result()
-        if step is None:  # in this process: a small import, or a series to read whole
-            state, key, rows, reread, since = task
-            step = advance(state, key, rows, (lambda: store.identity_rows(key)) if reread else None, since=since)
-        return step
+    def results(store: Store, handle: tuple[list[Task], Any]) -> list[Advance]:
+        tasks, future = handle
+        steps = [None] * len(tasks) if future is None else future.result()
+        # in this process: a small import, or a series to read whole
+        return [step or _advance_task(*task, read_all=lambda key=task[1]: store.identity_rows(key))  # type: ignore[misc]
+                for step, task in zip(steps, tasks)]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -242,12 +293,13 @@ def _submit_chunk(store: Store, mark: int, chunk: list[str], workers: _Workers,
                   loaded: dict[str, SeriesState]) -> tuple[list[str], list[Any]]:
     missing = [key for key in chunk if key not in loaded]
     states = {**{key: loaded.pop(key) for key in chunk if key in loaded}, **(store.load_states(missing) if missing else {})}
-    handles = []
-    for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=lambda r: r[IDENTITY_COLUMN]):
+    tasks = []
+    for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=operator.itemgetter(-1)):
         state = states.get(key)
-        handles.append(workers.submit((state, key, list(rows), state is not None or store.has_rows_before(key, mark),
-                                       mark)))
-    return chunk, handles
+        # ids start at 1: an import into an empty table (mark 0) has no rows before its own to look for
+        tasks.append((state, key, [row[:-1] for row in rows],  # the identity key of every row: sent once
+                      state is not None or (mark > 0 and store.has_rows_before(key, mark)), mark))
+    return chunk, workers.submit(tasks)
 
 
 def _finish_chunk(store: Store, chunk: list[str], handles: list[Any], workers: _Workers, outcome: Outcome) -> None:
@@ -256,8 +308,7 @@ def _finish_chunk(store: Store, chunk: list[str], handles: list[Any], workers: _
     for alert in store.load_alerts(chunk):
         existing.setdefault(alert.identity_key, []).append(alert)
     saved_states, saved_alerts, updates = [], [], []
-    for handle in handles:
-        step = workers.result(store, handle)
+    for step in (step for handle in handles for step in workers.results(store, handle)):
         key = step.state.key
         saved_states.append(step.state)
         known = {a.alert_id for a in existing.get(key, [])}

@@ -68,7 +68,7 @@ class LiveRecorder:
                 self.recorded += importer.import_rows(store, [[row]], wait_s=LOCK_WAIT_S).inserted
         except Exception as exc:  # noqa: BLE001 - whatever the database did, the run goes on (perf.csv has the row)
             self.stopped = str(exc) if isinstance(exc, MadEngineError) else f"{type(exc).__name__}: {exc}"
-            return (f"madengine: warning: the results database did not take the row of {row.cells['model']} "
+            return (f"madengine: warning: the results database did not take the row of {row.get('model')} "
                     f"({self.stopped}); this run's rows go to {perf_csv} only. Import them later: madengine database "
                     f"update-table --csv-file-path {perf_csv} --db-url {self.url.shown}")
         return None

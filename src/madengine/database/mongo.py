@@ -178,6 +178,9 @@ class MongoStore:
     def begin_import(self, wait_s: float = 0.0) -> None:
         """Nothing to lock: documents are upserted by content key and ordered by ``seq``."""
 
+    def rows_written(self) -> None:
+        """Nothing to give back."""
+
     def mark(self) -> int:
         """The newest ``seq``: documents an import inserts come after it."""
         newest = list(self.collection.find({}, {"seq": 1, "_id": 0}).sort("seq", -1).limit(1))
@@ -198,8 +201,11 @@ class MongoStore:
             rows.append(row)
         return rows
 
-    def new_rows(self, mark: int, keys: Sequence[str]) -> list[dict[str, str]]:
-        return self._rows({IDENTITY_COLUMN: {"$in": list(keys)}, "seq": {"$gt": mark}})
+    def new_rows(self, mark: int, keys: Sequence[str]) -> list[tuple[str, ...]]:
+        """As :meth:`madengine.database.sql.SqlStore.new_rows`: tuples of ``ROW_COLUMNS`` and the identity key."""
+        names = (*ROW_COLUMNS, IDENTITY_COLUMN)
+        return [tuple(row[n] for n in names) for row in self._rows({IDENTITY_COLUMN: {"$in": list(keys)},
+                                                                     "seq": {"$gt": mark}})]
 
     def has_rows_before(self, key: str, mark: int) -> bool:
         return bool(list(self.collection.find({IDENTITY_COLUMN: key, "seq": {"$lte": mark}}, {"_id": 1}).limit(1)))

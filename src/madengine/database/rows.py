@@ -20,7 +20,7 @@ import itertools
 import operator
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from madengine.core.errors import InputError
 from madengine.core.jsonio import read_json_file
@@ -39,18 +39,35 @@ _TWIN_BITS = 1 << 24  #: the first pass's bitmap of row hashes (2 MB): a hit is 
 GroupKey = str  # ResultIdentity.key()
 
 
-@dataclasses.dataclass
+COLUMN_AT = {name: k for k, name in enumerate(ALL_COLUMNS)}  #: where each known column is in ``ImportRow.values``
+
+
+@dataclasses.dataclass(slots=True)
 class ImportRow:
-    """One perf.csv row ready for a store: its content key, the known columns, the rest."""
+    """One perf.csv row ready for a store: its content key, the known columns, the rest.
+
+    The known columns are a list in ``ALL_COLUMNS`` order (what a SQL insert binds, made without a
+    dict per row: a million-row import never builds one); :attr:`cells` gives them by name."""
 
     key: str
-    cells: dict[str, str]  # every column of ALL_COLUMNS ('' when the CSV lacks it)
-    extra: dict[str, str]  # columns perf.csv had beyond ALL_COLUMNS, in CSV order
+    values: list[str]  #: every column of ALL_COLUMNS, in that order ('' when the CSV lacks it)
+    extra: dict[str, str]  #: columns perf.csv had beyond ALL_COLUMNS, in CSV order
     group: GroupKey = ""  #: the row's identity key (``madengine.results.identity``): its series
 
     def __post_init__(self) -> None:
         if not self.group:
             self.group = ResultIdentity.from_row(self.cells).key()
+
+    @property
+    def cells(self) -> dict[str, str]:
+        """The known columns by name (a new dict: :meth:`set` changes a cell)."""
+        return dict(zip(ALL_COLUMNS, self.values))
+
+    def get(self, name: str) -> str:
+        return self.values[COLUMN_AT[name]]
+
+    def set(self, name: str, value: str) -> None:
+        self.values[COLUMN_AT[name]] = value
 
 
 def now_text() -> str:
@@ -66,13 +83,6 @@ def _canonical(row: dict[str, str]) -> bytes:
 
     return orjson.dumps({k: v for k, v in row.items() if v != "" and k not in KEY_EXCLUDED},
                         option=orjson.OPT_SORT_KEYS)
-
-
-def _canonical_cells(header: Sequence[str], cells: Sequence[str]) -> bytes:
-    """:func:`_canonical` of a row given as its cells (``relative_change`` already blanked)."""
-    import orjson
-
-    return orjson.dumps(dict(itertools.compress(zip(header, cells), cells)), option=orjson.OPT_SORT_KEYS)
 
 
 def _key(canonical: bytes, occurrence: int) -> str:
@@ -95,10 +105,43 @@ def content_keys(rows: Sequence[dict[str, str]], seen: dict[bytes, int] | None =
 def to_import_rows(rows: Sequence[dict[str, str]], seen: dict[bytes, int] | None = None) -> list[ImportRow]:
     out = []
     for key, row in zip(content_keys(rows, seen), rows):
-        cells = {name: row.get(name, "") for name in ALL_COLUMNS}
-        extra = {name: value for name, value in row.items() if name not in cells}
-        out.append(ImportRow(key, cells, extra))
+        extra = {name: value for name, value in row.items() if name not in COLUMN_AT}
+        out.append(ImportRow(key, [row.get(name, "") for name in ALL_COLUMNS], extra))
     return out
+
+
+def _picker(indexes: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]]:
+    """The cells at ``indexes`` of a row, as a tuple (also for one index or none)."""
+    if len(indexes) == 1:
+        only = indexes[0]
+        return lambda cells: (cells[only],)
+    return operator.itemgetter(*indexes) if indexes else (lambda cells: ())
+
+
+class _Layout:
+    """Where the cells of a perf.csv's rows go, made once from its header. Every picker reads a row
+    padded with one empty cell past the header (``cells[width]``): a column the header lacks, and
+    ``relative_change`` where the content key leaves it out, read that cell."""
+
+    def __init__(self, header: Sequence[str]) -> None:
+        width = len(header)
+        at = {name: k for k, name in enumerate(header)}
+        blank = at.get("relative_change", -1)
+        by_name = sorted(range(width), key=header.__getitem__)
+        self.keyed_names = [header[k] for k in by_name]  #: the header, sorted: the content key's order
+        #: the cells of the content key, in ``keyed_names`` order (a row's twin-hash too)
+        self.keyed = _picker([width if k == blank else k for k in by_name])
+        self.known = _picker([at.get(name, width) for name in ALL_COLUMNS])
+        self.fields = _picker([at.get(name, width) for name in IDENTITY_FIELDS])
+        self.extra_names = [name for name in header if name not in COLUMN_AT]
+        self.extra = _picker([at[name] for name in self.extra_names])
+
+    def canonical(self, keyed: Sequence[str]) -> bytes:
+        """:func:`_canonical` of a row given as its ``keyed`` cells: the non-empty ones, by column name
+        (a dict made in sorted order serializes as ``OPT_SORT_KEYS`` would sort it)."""
+        import orjson
+
+        return orjson.dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
 
 
 class PerfCsv:
@@ -116,8 +159,8 @@ class PerfCsv:
         self.header: list[str] = []
         self.rows = 0  #: rows counted by check()
         self.size = 0  #: bytes of the file when checked
-        self._twins: set[int] = set()
-        self._blank = -1  #: the relative_change column, blanked for keys and twins
+        self._twins: set[int] = set()  #: hashes of the rows' keyed cells that more than one row has
+        self._layout = _Layout([])
 
     def _open(self) -> Any:
         return open(self.path, newline="", encoding="utf-8")
@@ -134,13 +177,6 @@ class PerfCsv:
             raise InputError(f"duplicate columns in the header: {', '.join(duplicated)}", path=str(self.path))
         return header
 
-    def _twin_hash(self, cells: list[str]) -> int:
-        if self._blank >= 0 and self._blank < len(cells):
-            cells = cells[:self._blank] + [""] + cells[self._blank + 1:]
-        if len(cells) < len(self.header):
-            cells = cells + [""] * (len(self.header) - len(cells))
-        return hash(tuple(cells))
-
     def check(self) -> int:
         """Check the whole file (see the class docstring); returns the number of rows."""
         path = self.path
@@ -148,37 +184,32 @@ class PerfCsv:
             what = "is a directory, not a perf.csv file" if path.is_dir() else "file not found"
             raise InputError(what, path=str(path), hint="pass the perf.csv written by 'madengine run'")
         self.size = os.path.getsize(path)
-        hashes = array.array("q")
-        bitmap = bytearray(_TWIN_BITS // 8)
-        maybe: set[int] = set()
         with csv_input_errors(path), self._open() as handle:
             reader = csv_rows(handle)
             self.header = self._read_header(reader)
-            self._blank = self.header.index("relative_change") if "relative_change" in self.header else -1
-            width, model = len(self.header), self.header.index("model")
-            for cells in reader:
-                if not cells:
-                    continue
-                if len(cells) > width:
-                    raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {width}",
-                                     path=str(path), hint="fix or remove that line (quote cells that hold commas)")
-                cells = list(map(str.strip, cells))
-                if model >= len(cells) or not cells[model]:
-                    raise InputError(f"line {reader.line_num}: empty 'model' cell", path=str(path),
-                                     hint="fix or remove that line")
-                value = self._twin_hash(cells)
-                bit = value & (_TWIN_BITS - 1)
-                if bitmap[bit >> 3] & (1 << (bit & 7)):
-                    maybe.add(value)
-                bitmap[bit >> 3] |= 1 << (bit & 7)
-                hashes.append(value)
-        counted: dict[int, int] = {}
-        for value in hashes:
-            if value in maybe:
-                counted[value] = counted.get(value, 0) + 1
-        self._twins = {value for value, count in counted.items() if count > 1}
+            self._layout = _Layout(self.header)
+            hashes = self._twin_hashes(reader)
+        self._twins = _repeated(hashes)
         self.rows = len(hashes)
         return self.rows
+
+    def _twin_hashes(self, reader: Any) -> array.array:
+        """The hash of each row's keyed cells (equal for identical twins), each line checked."""
+        width, model, keyed = len(self.header), self.header.index("model"), self._layout.keyed
+        hashes = array.array("q")
+        for cells in reader:
+            if not cells:
+                continue
+            if len(cells) > width:
+                raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {width}",
+                                 path=str(self.path), hint="fix or remove that line (quote cells that hold commas)")
+            cells = list(map(str.strip, cells))
+            if model >= len(cells) or not cells[model]:
+                raise InputError(f"line {reader.line_num}: empty 'model' cell", path=str(self.path),
+                                 hint="fix or remove that line")
+            cells += [""] * (width + 1 - len(cells))
+            hashes.append(hash(keyed(cells)))
+        return hashes
 
     def batches(self, size: int = BATCH_ROWS) -> Iterator[list[ImportRow]]:
         """The rows :meth:`check` counted, ``size`` at a time."""
@@ -191,11 +222,6 @@ class PerfCsv:
                 raise InputError("the file changed while it was imported", path=str(self.path),
                                  hint="import it again once the run that writes it has ended")
             width = len(header)
-            # cells[width] is an empty cell: where the columns perf.csv lacks are read from
-            known = operator.itemgetter(*(header.index(n) if n in header else width for n in ALL_COLUMNS))
-            extra_names = [name for name in header if name not in ALL_COLUMNS]
-            extra = operator.itemgetter(*(header.index(n) for n in extra_names)) if extra_names else None
-            fields = operator.itemgetter(*(header.index(f) if f in header else width for f in IDENTITY_FIELDS))
             batch: list[ImportRow] = []
             left = self.rows
             for cells in reader:
@@ -206,31 +232,49 @@ class PerfCsv:
                 left -= 1
                 cells = list(map(str.strip, cells))
                 cells += [""] * (width + 1 - len(cells))
-                batch.append(self._row(header, cells, known, extra, extra_names, fields, identities, seen))
+                batch.append(self._row(cells, identities, seen))
                 if len(batch) >= size:
                     yield batch
                     batch = []
             if batch:
                 yield batch
 
-    def _row(self, header: list[str], cells: list[str], known: Any, extra: Any, extra_names: list[str], fields: Any,
-             identities: dict[tuple[str, ...], str], seen: dict[bytes, int]) -> ImportRow:
-        keyed = cells
-        if self._blank >= 0 and cells[self._blank]:
-            keyed = list(cells)
-            keyed[self._blank] = ""
-        canonical = _canonical_cells(header, keyed)
+    def _row(self, cells: list[str], identities: dict[tuple[str, ...], str], seen: dict[bytes, int]) -> ImportRow:
+        layout = self._layout
+        keyed = layout.keyed(cells)
+        canonical = layout.canonical(keyed)
         occurrence = 0
-        if self._twins and self._twin_hash(cells[:len(header)]) in self._twins:
+        if self._twins and hash(keyed) in self._twins:
             occurrence = seen.get(canonical, 0)
             seen[canonical] = occurrence + 1
-        values = fields(cells)
-        group = identities.get(values)
+        fields = layout.fields(cells)
+        group = identities.get(fields)
         if group is None:
-            group = identities[values] = ResultIdentity(*values).key()
-        found_extra = dict(zip(extra_names, extra(cells) if len(extra_names) > 1 else (extra(cells),))) \
-            if extra is not None else {}
-        return ImportRow(_key(canonical, occurrence), dict(zip(ALL_COLUMNS, known(cells))), found_extra, group)
+            group = identities[fields] = ResultIdentity(*fields).key()
+        extra = dict(zip(layout.extra_names, layout.extra(cells))) if layout.extra_names else {}
+        return ImportRow(_key(canonical, occurrence), list(layout.known(cells)), extra, group)
+
+
+def _repeated(hashes: array.array) -> set[int]:
+    """The values ``hashes`` holds more than once. A bitmap of their low bits finds the candidates
+    (2 MB, one pass), which are then counted exactly: never a dict of every row."""
+    bitmap = bytearray(_TWIN_BITS // 8)
+    mask = _TWIN_BITS - 1
+    maybe: set[int] = set()
+    for value in hashes:
+        bit = value & mask
+        flag = 1 << (bit & 7)
+        if bitmap[bit >> 3] & flag:
+            maybe.add(value)
+        else:
+            bitmap[bit >> 3] |= flag
+    if not maybe:
+        return set()
+    counted: dict[int, int] = {}
+    for value in hashes:
+        if value in maybe:
+            counted[value] = counted.get(value, 0) + 1
+    return {value for value, count in counted.items() if count > 1}
 
 
 def read_perf_rows(path: Path) -> list[dict[str, str]]:
@@ -269,14 +313,15 @@ def enrich_from_models(rows: Iterable[ImportRow], entries: dict[str, dict[str, A
     """
     changed = 0
     for row in rows:
-        entry = entries.get(row.cells["model"])
+        entry = entries.get(row.get("model"))
         if entry is None:
             continue
-        before = dict(row.cells)
+        filled = False
         for column in ENRICHED_COLUMNS:
-            if not row.cells[column] and entry.get(column) not in (None, ""):
-                row.cells[column] = _entry_cell(entry[column])
-        if row.cells != before:
+            if not row.get(column) and entry.get(column) not in (None, ""):
+                row.set(column, _entry_cell(entry[column]))
+                filled = filled or row.get(column) != ""
+        if filled:
             changed += 1
             row.group = ResultIdentity.from_row(row.cells).key()  # n_gpus is part of the identity
     return changed

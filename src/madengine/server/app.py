@@ -127,6 +127,10 @@ def _view(dashboard: Dashboard, compute: Callable[[Filters], dict[str, Any]], *,
     """A route: parse the URL's filters, compute the view, answer JSON or a page; bad input is a
     400, an unknown run or result a 404, an unreachable database a 503."""
     def endpoint(request: Request) -> Response:
+        with dashboard.serving():
+            return answer(request)
+
+    def answer(request: Request) -> Response:
         try:
             filters = parse({**(defaults or {}), **request.query_params})
             data = compute(filters)

@@ -18,14 +18,16 @@ an earlier release falls back to finding change points in the background (``Chan
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import math
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from madengine.core.errors import InputError
+from madengine.core.gcpause import collector_paused, settle
 from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
@@ -239,6 +241,9 @@ class Dashboard:
         self._history = Memo(2)  # alerts (per triage version)
         self._references = Memo(8)  # per old run: the history each result is judged against
         self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
+        self._settled: Version | None = None  #: the version whose references were last made and frozen
+        self._serving = 0  #: requests being answered: the background pass gives way to them
+        self._serving_lock = threading.Lock()
 
     # --- data versions ---
 
@@ -246,11 +251,32 @@ class Dashboard:
         """Make what the pages read for the current data (the background pass calls it), so that the
         first request after rows land does not pay for it."""
         version = self.version()
-        if version.exists:
+        if not version.exists:
+            return
+        # a new version makes hundreds of thousands of objects that live until the next one; frozen
+        # once made (the program's own process), no full collection walks them again (150 ms, paid
+        # by whichever request triggered it). The references, made only while no request is being
+        # answered (which may take long), are made with the collector running, then frozen too.
+        fresh = version != self._settled
+        with collector_paused() if fresh else contextlib.nullcontext():
             self._items(version)
             self._alerts(version)
             self.tails.refresh(self._series_states(version))
-            self.tails.prepare(stop=lambda: self.changes.stopping)
+        self.tails.prepare(stop=lambda: self.changes.stopping, busy=lambda: self._serving > 0)
+        if fresh and not self.changes.stopping:
+            self._settled = version
+            settle()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around the answer to a request: the background pass waits meanwhile."""
+        with self._serving_lock:
+            self._serving += 1
+        try:
+            yield
+        finally:
+            with self._serving_lock:
+                self._serving -= 1
 
     def version(self) -> Version:
         return self.reader.version()

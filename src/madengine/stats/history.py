@@ -55,7 +55,7 @@ METHOD = "prediction interval"
 VERDICTS = ("faster", "slower", "unchanged", "inconclusive")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Reference:
     """What a stable segment says about the noise of a result (figures on ``scale``)."""
 
