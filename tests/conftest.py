@@ -64,6 +64,15 @@ def require_service(name: str, available: bool, how: str) -> None:
     pytest.skip(message)  # only off CI: under CI=true the line above fails instead
 
 
+@pytest.fixture(scope="session")
+def pyt_wheels():
+    """The wheels of the torch image's build context, docker/pyt (a no-op when they are there)."""
+    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
+                          timeout=900)
+    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
+                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
+
+
 class CliResult:
     def __init__(self, code: int, stdout: str, stderr: str) -> None:
         self.code, self.stdout, self.stderr = code, stdout, stderr
