@@ -10,6 +10,7 @@ import atexit
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,18 @@ def _hypothesis_profiles() -> None:
 
 
 _hypothesis_profiles()
+
+
+def _interruptible_children() -> None:
+    """The suite started in the background of a shell (``bash scripts/test.sh &``, nohup) inherits
+    SIGINT ignored, and so would every madengine it starts: a process started that way keeps
+    ignoring Ctrl-C, as it should. The tests of Ctrl-C need their madengine to get it, so this
+    process takes SIGINT back; the programs it starts then begin with the default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_interruptible_children()
 
 
 def _private_cache() -> None:
