@@ -10,6 +10,7 @@ import atexit
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,18 @@ def _hypothesis_profiles() -> None:
 _hypothesis_profiles()
 
 
+def _interruptible_children() -> None:
+    """The suite started in the background of a shell (``bash scripts/test.sh &``, nohup) inherits
+    SIGINT ignored, and so would every madengine it starts: a process started that way keeps
+    ignoring Ctrl-C, as it should. The tests of Ctrl-C need their madengine to get it, so this
+    process takes SIGINT back; the programs it starts then begin with the default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_interruptible_children()
+
+
 def _private_cache() -> None:
     """The tests' catalog caches (and anything else cached) go to a folder of this session, not
     the user's ~/.cache; tests of the cache itself set their own."""
@@ -62,6 +75,15 @@ def require_service(name: str, available: bool, how: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true: {message}; .ci/run must provide it")
     pytest.skip(message)  # only off CI: under CI=true the line above fails instead
+
+
+@pytest.fixture(scope="session")
+def pyt_wheels():
+    """The wheels of the torch image's build context, docker/pyt (a no-op when they are there)."""
+    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
+                          timeout=900)
+    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
+                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
 
 
 class CliResult:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
+
+from conftest import FIXTURES, REPO
 
 MARK_VAR = "MADENGINE_TEST_MARK"
 
@@ -48,3 +51,16 @@ def _command(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return "?"
+
+
+def make_torch_repo(repo: Path) -> Path:
+    """tests/fixtures/torchrun at ``repo``; under docker its models run in the repository's own torch
+    image (docker/pyt, built from the wheels of scripts/pyt-wheels.sh, as the bundled pyt_* models are)."""
+    shutil.copytree(FIXTURES / "torchrun", repo)
+    (repo / "docker").mkdir()
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
+    models = json.loads((repo / "models.json").read_text())
+    for model in models:
+        model["dockercontext"] = str(REPO / "wheels" / "pyt")
+    (repo / "models.json").write_text(json.dumps(models))
+    return repo

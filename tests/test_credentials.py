@@ -245,6 +245,21 @@ def test_password_inline_in_the_url_goes_through_askpass_not_argv(repo, cli, git
     result, rows = run_local(cli, repo, "--tags", "dt_inline", "--keep-model-dir")
     assert result.code == 0, result
     row = rows[-1]
-    assert "http://gituser:******@127.0.0.1" in model_log(row)  # the URL as logged
+    assert "http://******:******@127.0.0.1" in model_log(row)  # the URL as logged, its user masked too
     config = next((repo / "madengine_runs").rglob("models/.git/config")).read_text()
     assert "http-pass-9876" not in config and f"gituser@127.0.0.1:{git_http.port}" in config
+
+
+def test_user_names_beside_a_password_are_masked_wherever_they_come_from(tmp_path):
+    """A registry login and a URL with a password in it (a model's, a data provider's): the
+    account name is masked like the password (not the common names every system has). A database
+    URL's user stays readable: the database commands name it when the server refuses it."""
+    from madengine.core.redact import clear_secrets, register_url_secrets
+    from madengine.distributed.transport import registry_auth
+
+    clear_secrets()
+    registry_auth({"MADENGINE_REGISTRY_USER": "reg-dave", "MADENGINE_REGISTRY_PASSWORD": "pw-7654"})
+    register_url_secrets("see https://url-erin:pw-8765@git.example/r.git and https://public-user@host/")
+    register_url_secrets("https://root:pw-9876@git.example/r.git")
+    assert redact("reg-dave url-erin public-user root") == "****** ****** public-user root"
+    clear_secrets()

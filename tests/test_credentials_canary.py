@@ -155,5 +155,5 @@ def test_model_url_password_is_masked_in_every_output(tmp_path, monkeypatch):
         process = run_process(*argv, cwd=tmp_path)
         assert canary not in process.stdout and canary not in process.stderr, argv
     shown = json.loads(run_process("discover", "--json", cwd=tmp_path).stdout)[0]
-    assert shown["url"] == "https://bob:******@git.example.invalid/r.git"
-    assert shown["registry_url"] == "https://reg-user:******@registry.example.invalid/v2"
+    assert shown["url"] == "https://bob:******@git.example.invalid/r.git"  # too short to mask as a word
+    assert shown["registry_url"] == "https://******:******@registry.example.invalid/v2"  # a user name of a credential

@@ -323,6 +323,22 @@ def test_an_owner_label_of_any_text_is_read_whole_or_ignored(text):
     assert not gone(None, this_process())
 
 
+def test_an_owner_killed_but_not_yet_waited_for_is_gone():
+    """A madengine killed by its parent (a CI runner, a test) stays a zombie until the parent waits
+    for it: its containers are a dead owner's all the same."""
+    child = subprocess.Popen(["sleep", "60"])
+    owner = process_owner(child.pid)
+    assert owner is not None and owner.alive()
+    child.kill()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{child.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        time.sleep(0.05)
+    try:
+        assert gone(owner, this_process())  # still in the process table, as a zombie
+    finally:
+        child.wait()
+
+
 def test_clean_removes_only_containers_whose_owner_is_gone_on_this_host(tmp_path, own_docker):
     """Containers of a gone owner go; those of a live owner, of another host (another boot), of a
     pid reused by another process, and those without an owner label, stay."""

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, require_service
+from conftest import FIXTURES
+from job_helpers import make_torch_repo
 from k8s_standin import StandIn
 from madengine.results import read_rows
 
@@ -262,23 +263,11 @@ def test_dry_run_writes_the_objects_and_submits_nothing(standin, k8s_repo, cli, 
 
 # -- a real 2-node torchrun job ---------------------------------------------------------------------
 @pytest.fixture
-def torch_repo(tmp_path, monkeypatch, docker_cleanup):
-    """tests/fixtures/torchrun in the repository's torch image (docker/pyt on the wheels of
-    scripts/pyt-wheels.sh), as tests/test_torchrun_jobs.py runs it."""
+def torch_repo(tmp_path, monkeypatch, docker_cleanup, pyt_wheels):
+    """tests/fixtures/torchrun in the repository's torch image, as tests/test_torchrun_jobs.py runs it."""
     pytest.importorskip("torch")
-    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
-                          timeout=900)
-    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
-                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
     docker_cleanup.append("ci-tr_")
-    repo = tmp_path / "repo"
-    shutil.copytree(FIXTURES / "torchrun", repo)
-    (repo / "docker").mkdir()
-    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
-    models = json.loads((repo / "models.json").read_text())
-    for model in models:
-        model["dockercontext"] = str(REPO / "wheels" / "pyt")
-    (repo / "models.json").write_text(json.dumps(models))
+    repo = make_torch_repo(tmp_path / "repo")
     monkeypatch.chdir(repo)
     return repo
 

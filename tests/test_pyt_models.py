@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,15 +43,6 @@ def test_the_image_lock_is_hashed_and_agrees_with_madengines_lock():
     assert image["torch"] == "2.13.0+cpu" and "transformers" in image and "pip" in image
     assert {name: version for name, version in image.items() if host.get(name, version) != version} == {}
     assert lock.read_text().count("--hash=sha256:") >= len(image)
-
-
-@pytest.fixture(scope="module")
-def pyt_wheels():
-    """The wheels of the image's build context (a no-op when they are there)."""
-    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
-                          timeout=900)
-    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
-                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
 
 
 @pytest.mark.docker

@@ -415,7 +415,9 @@ def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, s
 def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
     pytest.importorskip("torch")
     mark = new_mark()
-    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "40",
+    # 60 s: both nodes' ranks must have started before the timeout, which on a loaded host (the
+    # second node's madengine, its torchrun and the rendezvous starting late) took more than 40 s
+    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "60",
                  "-c", _torch_context(mark))
     assert result.code == 1, result
     [row] = read_rows(slurm_repo / "perf.csv")

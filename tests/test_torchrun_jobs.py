@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, require_service, run_process
-from job_helpers import assert_no_marked_process, marked_context, new_mark
+from conftest import run_process
+from job_helpers import assert_no_marked_process, make_torch_repo, marked_context, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -28,22 +27,9 @@ IMAGE_PREFIX = "ci-tr_"
 RANK_WORDS = "rank 1 (node 0, local rank 1)"
 
 
-def make_repo(repo: Path) -> Path:
-    """The fixture models; under docker they run in the repository's own torch image (docker/pyt,
-    built from the wheels of scripts/pyt-wheels.sh, as the bundled pyt_* models are)."""
-    shutil.copytree(FIXTURES / "torchrun", repo)
-    (repo / "docker").mkdir()
-    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
-    models = json.loads((repo / "models.json").read_text())
-    for model in models:
-        model["dockercontext"] = str(REPO / "wheels" / "pyt")
-    (repo / "models.json").write_text(json.dumps(models))
-    return repo
-
-
 @pytest.fixture
 def torch_repo(tmp_path, monkeypatch):
-    repo = make_repo(tmp_path / "repo")
+    repo = make_torch_repo(tmp_path / "repo")
     monkeypatch.chdir(repo)
     monkeypatch.delenv("MODEL_DIR", raising=False)
     for name in ("NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "MAD_MULTI_NODE_RUNNER"):
@@ -52,19 +38,10 @@ def torch_repo(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def pyt_wheels():
-    """The wheels of the torch image's build context (a no-op when they are there)."""
-    done = subprocess.run(["bash", str(REPO / "scripts" / "pyt-wheels.sh")], capture_output=True, text=True,
-                          timeout=900)
-    require_service("the pyt image's wheels (pip's index and find-links)", done.returncode == 0,
-                    f"scripts/pyt-wheels.sh failed: {done.stderr.strip()[-400:]}")
-
-
-@pytest.fixture(scope="module")
 def torch_images(docker_client, pyt_wheels, tmp_path_factory):
     """The fixture models' images, built once before the tests (a test's own timing never includes
     the torch image's build) and removed after the module."""
-    repo = make_repo(tmp_path_factory.mktemp("torch-images") / "repo")
+    repo = make_torch_repo(tmp_path_factory.mktemp("torch-images") / "repo")
     built = run_process("build", "--tags", "torchrun", "broken", "hangs", cwd=repo, env={"MODEL_DIR": str(repo)},
                         timeout=1800)
     assert built.returncode == 0, built.stderr[-3000:]

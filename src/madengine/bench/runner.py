@@ -33,7 +33,7 @@ from madengine.bench.harness.errors import PrecisionUnsupported
 from madengine.bench.harness.inputs import InputSpec, parse_axes, parse_shapes, resolve_shapes
 from madengine.bench.recording import Recording
 from madengine.bench.spans import PhaseSpans, add_ort_profile, model_attributes
-from madengine.bench.suite import ModelEntry, entry_from_path, load_suite
+from madengine.bench.suite import ModelEntry, chosen_precisions, entry_from_path, load_suite
 from madengine.core.clock import utc_now
 from madengine.core.errors import InputError
 from madengine.core.events import Reporter
@@ -185,15 +185,7 @@ def _check_request(request: BenchRequest) -> None:
             raise InputError(f"must be {low} or more, got {value}", path=name)
     if request.min_time is not None and not request.min_time > 0:
         raise InputError(f"must be more than 0 seconds, got {request.min_time}", path="--min-time")
-    _precisions(request)
-
-
-def _precisions(request: BenchRequest) -> list[str]:
-    """``--precision``'s names, checked (an unknown one is bad input naming the valid ones)."""
-    try:
-        return numerics.parse_list(",".join(request.precisions))
-    except HarnessInputError as exc:
-        raise InputError(exc.message, path="--precision", hint=exc.hint) from None
+    chosen_precisions(request.precisions)
 
 
 def _entries(request: BenchRequest) -> list[ModelEntry]:
@@ -228,7 +220,7 @@ def _plans(entries: list[ModelEntry], request: BenchRequest, available: list[str
             except HarnessInputError as exc:
                 raise InputError(exc.message, path=entry.source or exc.field,
                                  field=f"model '{entry.name}'" if entry.source else None, hint=exc.hint) from None
-            plans += [_Plan(entry, full_name, sha256, precision) for precision in _precisions(request)]
+            plans += [_Plan(entry, full_name, sha256, precision) for precision in chosen_precisions(request.precisions)]
     return plans
 
 

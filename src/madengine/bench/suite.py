@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from madengine.bench.harness import HarnessInputError
+from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.inputs import parse_dims
-from madengine.core.errors import ConfigError
+from madengine.core.errors import ConfigError, InputError
 
 KNOWN_KEYS = frozenset({"set", "name", "version", "path", "url", "sha256", "shapes", "$axes", "providers",
                         "batch_size", "backends", "tolerance", "reference"})
@@ -277,3 +278,11 @@ def _batch(value: Any, suite: Path, where: str) -> int | None:
         raise ConfigError(f"'batch_size' must be a whole number of 1 or more, got {value!r}", path=str(suite),
                           field=where)
     return value
+
+
+def chosen_precisions(names: list[str]) -> list[str]:
+    """``--precision``'s names, checked (an unknown one is bad input naming the valid ones)."""
+    try:
+        return numerics.parse_list(",".join(names))
+    except HarnessInputError as exc:
+        raise InputError(exc.message, path="--precision", hint=exc.hint) from None

@@ -46,8 +46,10 @@ class Owner:
         return self.boot == other.boot and self.pidns == other.pidns
 
     def alive(self) -> bool:
-        """Whether the owner still runs (as seen from the same host and pid namespace)."""
-        return started_at(self.pid) == self.started
+        """Whether the owner still runs (as seen from the same host and pid namespace); a zombie,
+        dead but not yet waited for by its parent, does not."""
+        fields = _stat_fields(self.pid)
+        return fields is not None and fields[0] not in (b"Z", b"X") and _start_field(fields) == self.started
 
 
 def this_process() -> Owner | None:
@@ -74,13 +76,23 @@ def process_owner(pid: int) -> Owner | None:
 
 def started_at(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks after boot); None when there is none."""
+    fields = _stat_fields(pid)
+    return None if fields is None else _start_field(fields)
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (the state first); None when there
+    is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:
         return None
     # the command name (2nd field) may hold spaces and parentheses: fields after its last ')'
-    fields = stat[stat.rfind(b")") + 2:].split()
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _start_field(fields: list[bytes]) -> int | None:
     try:
         return int(fields[19])  # field 22 of the whole line
     except (IndexError, ValueError):

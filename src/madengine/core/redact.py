@@ -78,11 +78,28 @@ def url_passwords(text: str) -> list[str]:
     return found
 
 
+def url_usernames(text: str) -> list[str]:
+    """The user names of the URLs in ``text`` that carry a password (a credential, not an address)."""
+    if "@" not in text or "://" not in text:
+        return []
+    found = []
+    for match in _URL_PASSWORD.finditer(text):
+        user = match["head"].split("://", 1)[1]
+        if match["password"] and user:
+            found.append(user)
+            if unquote(user) != user:
+                found.append(unquote(user))
+    return found
+
+
 def register_url_secrets(text: object) -> None:
-    """Register the password of every URL inside ``text`` (a model's ``url``, an endpoint, ...)."""
+    """Register the password and user name of every URL inside ``text`` (a model's ``url``, an
+    endpoint, ...)."""
     if isinstance(text, str):
         for password in url_passwords(text):
             register_secret(password)
+        for user in url_usernames(text):
+            register_username(user)
 
 
 def redact(text: str) -> str:

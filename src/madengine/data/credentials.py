@@ -313,6 +313,7 @@ def _without_url_password(url: str) -> tuple[str, dict[str, str] | None]:
     if not password:
         return url, None
     register_secret(password)
+    register_username(username)
     host = parts.netloc.rsplit("@", 1)[1]
     return parts._replace(netloc=f"{username}@{host}" if username else host).geturl(), \
         {"username": username or "", "password": password}
@@ -337,6 +338,7 @@ def _https_environment(entry: Mapping[str, Any], where: str) -> tuple[dict[str, 
     if not isinstance(username, str) or not username or not isinstance(password, str) or not password:
         raise CredentialError("an HTTPS git URL needs 'username' and 'password' (or 'token')", path=where)
     register_secret(password)
+    register_username(username)
     folder = tempfile.mkdtemp(prefix="madengine-git-")
     script = Path(folder) / "askpass.sh"
     script.write_text(_ASKPASS_SCRIPT, encoding="utf-8")

@@ -47,17 +47,9 @@ def _type(store: SqlStore, column: str) -> str:
     return (_MYSQL_TYPES if mysql else _SQLITE_TYPES).get(column, "TEXT")
 
 
-def _exists(store: SqlStore, name: str) -> bool:
-    if store.dialect.name == "sqlite":
-        query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
-    else:
-        query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
-    return store._execute(query, (name,)).fetchone() is not None
-
-
 def present(store: SqlStore) -> bool:
     tables = names(store.table)
-    return tables is not None and all(_exists(store, name) for name in tables)
+    return tables is not None and all(store.table_exists(name) for name in tables)
 
 
 def ensure(store: SqlStore) -> bool:

@@ -221,12 +221,13 @@ class SqlStore:
         cursor.execute(self._sql(text), tuple(params))
         return cursor
 
-    def table_exists(self) -> bool:
+    def table_exists(self, name: str | None = None) -> bool:
+        """Whether the results table (or the table ``name`` beside it) exists."""
         if self.dialect is SQLITE:
             query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
         else:
             query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
-        return self._execute(query, (self.table,)).fetchone() is not None
+        return self._execute(query, (name or self.table,)).fetchone() is not None
 
     def columns(self) -> list[str]:
         cursor = self._execute("SELECT * FROM {t} WHERE 1 = 0")

@@ -227,17 +227,9 @@ def rebuild(store: SqlStore) -> None:
     _replace(store, runs_table, RUNS_COLUMNS, run_rows)
 
 
-def _exists(store: SqlStore, name: str) -> bool:
-    if store.dialect.name == "sqlite":
-        query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?"
-    else:
-        query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
-    return store._execute(query, (name,)).fetchone() is not None
-
-
 def present(store: SqlStore) -> bool:
     tables = names(store.table)
-    return tables is not None and all(_exists(store, name) for name in tables)
+    return tables is not None and all(store.table_exists(name) for name in tables)
 
 
 def _count_matches(store: SqlStore, name: str, where: str) -> bool:

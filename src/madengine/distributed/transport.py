@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from madengine.core.errors import CredentialError, ExecutionError, InputError, ServiceError
-from madengine.core.redact import redact, register_secret
+from madengine.core.redact import redact, register_secret, register_username
 
 USER_ENV = "MADENGINE_REGISTRY_USER"
 PASSWORD_ENV = "MADENGINE_REGISTRY_PASSWORD"
@@ -60,6 +60,7 @@ def registry_auth(environ: Mapping[str, str], password: str | None = None) -> Re
         raise CredentialError("a registry password was given but no user name", path=USER_ENV,
                               hint=f"set {USER_ENV}")
     register_secret(password)
+    register_username(username)
     return RegistryAuth(username, password)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from madengine.core.errors import LaunchError
 from madengine.core.values import brief, port_number, whole_number
@@ -113,21 +113,12 @@ def _count(value: Any, source: str, where: str, key: str, least: int, most: int)
     return number
 
 
-def _launcher(value: Any, source: str, where: str) -> str:
+def _choice(value: Any, source: str, where: str, key: str, aliases: Mapping[str, str], valid: Sequence[str]) -> str:
+    """One of ``valid`` (case and spaces aside, an alias taken as what it stands for)."""
     name = value.strip().lower() if isinstance(value, str) else value
-    name = LAUNCHER_ALIASES.get(name, name) if isinstance(name, str) else name
-    if name not in LAUNCHERS:
-        raise _error(f"unknown launcher {brief(value)}", source, where, "launcher",
-                     hint="use one of " + ", ".join(LAUNCHERS))
-    return name
-
-
-def _backend(value: Any, source: str, where: str) -> str:
-    name = value.strip().lower() if isinstance(value, str) else value
-    name = BACKEND_ALIASES.get(name, name) if isinstance(name, str) else name
-    if name not in BACKENDS:
-        raise _error(f"unknown backend {brief(value)}", source, where, "backend",
-                     hint="use one of " + ", ".join(BACKENDS))
+    name = aliases.get(name, name) if isinstance(name, str) else name
+    if name not in valid:
+        raise _error(f"unknown {key} {brief(value)}", source, where, key, hint="use one of " + ", ".join(valid))
     return name
 
 
@@ -166,7 +157,7 @@ def _section(name: str, value: Any, source: str, where: str) -> dict[str, Any]:
 
 def _value(key: str, value: Any, source: str, where: str) -> Any:
     if key == "launcher":
-        return _launcher(value, source, where)
+        return _choice(value, source, where, "launcher", LAUNCHER_ALIASES, LAUNCHERS)
     if key == "nnodes":
         return _count(value, source, where, key, 1, MAX_NODES)
     if key == "nproc_per_node":
@@ -174,7 +165,7 @@ def _value(key: str, value: Any, source: str, where: str) -> Any:
     if key.endswith("_parallel_size"):
         return _count(value, source, where, key, 1, MAX_PARALLEL_SIZE)
     if key == "backend":
-        return _backend(value, source, where)
+        return _choice(value, source, where, "backend", BACKEND_ALIASES, BACKENDS)
     if key in ("master_port", "port"):
         port = port_number(value)
         if port is None:

@@ -44,7 +44,7 @@ from madengine.bench.scorecard.card import (BASELINE, DEFAULT_REFERENCE, Cell, M
                                             ScorecardSummary)
 from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, UNSUPPORTED
 from madengine.bench.spans import PhaseSpans, model_attributes
-from madengine.bench.suite import ModelEntry, load_suite
+from madengine.bench.suite import ModelEntry, chosen_precisions, load_suite
 from madengine.core.errors import ExecutionError, InputError
 from madengine.core.events import Reporter
 from madengine.results import append_records
@@ -117,20 +117,12 @@ def _check_request(request: ScorecardRequest) -> None:
         if backend == "onnx-reference":
             raise InputError("onnx-reference is a correctness oracle, not a timed backend", path="--backends",
                              hint="set 'reference: onnx-reference' on a model of the suite")
-    _precisions(request)
-
-
-def _precisions(request: ScorecardRequest) -> list[str]:
-    """``--precision``'s names, checked (an unknown one is bad input naming the valid ones)."""
-    try:
-        return numerics.parse_list(",".join(request.precisions))
-    except HarnessInputError as exc:
-        raise InputError(exc.message, path="--precision", hint=exc.hint) from None
+    chosen_precisions(request.precisions)
 
 
 def _card(entry: ModelEntry, request: ScorecardRequest) -> ModelCard:
     reference = entry.reference or DEFAULT_REFERENCE
-    chosen = _cells(_chosen_backends(entry, request), _precisions(request))
+    chosen = _cells(_chosen_backends(entry, request), chosen_precisions(request.precisions))
     if reference != "onnx-reference":  # the reference is a cell of its own (at f32), first
         chosen = [reference] + [b for b in chosen if b != reference]
     tolerance = Tolerance(atol=entry.tolerance.get("atol", request.atol if request.atol is not None

@@ -152,7 +152,7 @@ def _recipients(values: list[str]) -> list[str]:
 
 def smtp_settings(args: argparse.Namespace, environ) -> "SmtpSettings | None":
     """SMTP settings from flags, then the environment; None when no host is set (write only)."""
-    from madengine.core.redact import register_secret
+    from madengine.core.redact import register_secret, register_username
     from madengine.reports.mail import SmtpSettings
 
     host = args.smtp_host or environ.get("MADENGINE_SMTP_HOST", "")
@@ -170,6 +170,7 @@ def smtp_settings(args: argparse.Namespace, environ) -> "SmtpSettings | None":
     password = environ.get("MADENGINE_SMTP_PASSWORD") or None
     if password:
         register_secret(password)
+        register_username(user)
     if user and not password:
         raise CredentialError("an SMTP user needs a password", path="MADENGINE_SMTP_PASSWORD",
                               hint="set it in the environment; it is never taken from the command line")
