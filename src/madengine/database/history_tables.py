@@ -74,17 +74,6 @@ def ensure(store: SqlStore) -> bool:
     return True
 
 
-def _replace(store: SqlStore, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    if not rows:
-        return
-    q = store.dialect.q
-    statement = store._sql(f"REPLACE INTO {q(name)} ({', '.join(q(c) for c in columns)}) "
-                           f"VALUES ({', '.join('?' for _ in columns)})")
-    cursor = store.connection.cursor()
-    for start in range(0, len(rows), _CHUNK):
-        cursor.executemany(statement, list(rows[start:start + _CHUNK]))
-
-
 def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), _CHUNK):
         yield items[start:start + _CHUNK]
@@ -110,7 +99,7 @@ def load_states(store: SqlStore, keys: Iterable[str]) -> dict[str, SeriesState]:
 def save_states(store: SqlStore, states: Iterable[SeriesState]) -> None:
     rows = [(text_hash(s.key), s.key, s.covered, s.tail[-1].run if s.tail else "", s.statuses,
              jsonio.dumps(s.verdict) if s.verdict else "", jsonio.dumps(s.to_record())) for s in states]
-    _replace(store, names(store.table)[0], SERIES_COLUMNS, rows)  # type: ignore[index]
+    store.replace_rows(names(store.table)[0], SERIES_COLUMNS, rows)  # type: ignore[index]
 
 
 def series_overview(store: SqlStore) -> dict[str, dict[str, Any]]:
@@ -163,7 +152,7 @@ def save_alerts(store: SqlStore, alerts: Iterable[Alert]) -> None:
              a.after_run, a.after_started_at, a.size_percent, a.confidence, int(a.detected), int(a.latest),
              jsonio.dumps(a.change), a.state, a.note, jsonio.dumps(a.links), a.updated_by, a.updated_at, a.detected_at)
             for a in alerts]
-    _replace(store, names(store.table)[1], ALERT_COLUMNS, rows)  # type: ignore[index]
+    store.replace_rows(names(store.table)[1], ALERT_COLUMNS, rows)  # type: ignore[index]
 
 
 def log_triage(store: SqlStore, alert: Alert) -> None:

@@ -229,6 +229,18 @@ class SqlStore:
             query = "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
         return self._execute(query, (name or self.table,)).fetchone() is not None
 
+    def replace_rows(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """REPLACE into the table ``name`` beside the results table (SQLite and MySQL alike): a row of
+        the same key is swapped for the new one."""
+        if not rows:
+            return
+        q = self.dialect.q
+        statement = self._sql(f"REPLACE INTO {q(name)} ({', '.join(q(c) for c in columns)}) "
+                              f"VALUES ({', '.join('?' for _ in columns)})")
+        cursor = self.connection.cursor()
+        for start in range(0, len(rows), 500):
+            cursor.executemany(statement, list(rows[start:start + 500]))
+
     def columns(self) -> list[str]:
         cursor = self._execute("SELECT * FROM {t} WHERE 1 = 0")
         names = [d[0] for d in cursor.description]

@@ -90,18 +90,6 @@ def _create(store: SqlStore, name: str, columns: Sequence[str]) -> None:
     store._execute(f"CREATE TABLE IF NOT EXISTS {q(name)} ({body}){suffix}")
 
 
-def _replace(store: SqlStore, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """REPLACE (SQLite and MySQL alike): an entry of the same key is swapped for the new one."""
-    if not rows:
-        return
-    q = store.dialect.q
-    statement = store._sql(f"REPLACE INTO {q(name)} ({', '.join(q(c) for c in columns)}) "
-                           f"VALUES ({', '.join('?' for _ in columns)})")
-    cursor = store.connection.cursor()
-    for start in range(0, len(rows), 500):
-        cursor.executemany(statement, list(rows[start:start + 500]))
-
-
 def _number(value: Any) -> int:
     return int(value or 0)
 
@@ -140,8 +128,8 @@ def refresh(store: SqlStore, identity_keys: Iterable[str], run_ids: Iterable[str
                                     (*STATUSES, run_id)).fetchone()
         if aggregates and aggregates[2]:
             run_rows.append(_run_entry(run_id, aggregates))
-    _replace(store, ids_table, IDS_COLUMNS, identity_rows)
-    _replace(store, runs_table, RUNS_COLUMNS, run_rows)
+    store.replace_rows(ids_table, IDS_COLUMNS, identity_rows)
+    store.replace_rows(runs_table, RUNS_COLUMNS, run_rows)
 
 
 def _stored_by(store: SqlStore, name: str, columns: Sequence[str], key: str,
@@ -177,11 +165,11 @@ def absorb(store: SqlStore, mark: int) -> None:
             rows, success, failure, skipped = (_number(a) + _number(before[c]) for a, c in
                                                zip((rows, success, failure, skipped), COUNTS))
         entries.append(_identity_entry(_text(key), (first, latest, rows, success, failure, skipped)))
-    _replace(store, ids_table, IDS_COLUMNS, entries)
+    store.replace_rows(ids_table, IDS_COLUMNS, entries)
     new_runs = store._execute(f"SELECT run_id, {_RUN_AGGREGATES} FROM {{t}} WHERE id > ? AND run_id IS NOT NULL "
                               "AND run_id <> '' GROUP BY run_id", (*STATUSES, mark)).fetchall()
     known = _stored_by(store, runs_table, RUNS_COLUMNS, "run_hash", [text_hash(_text(r[0])) for r in new_runs])
-    _replace(store, runs_table, RUNS_COLUMNS, [_run_entry(_text(r[0]), r[1:]) for r in new_runs
+    store.replace_rows(runs_table, RUNS_COLUMNS, [_run_entry(_text(r[0]), r[1:]) for r in new_runs
                                                if text_hash(_text(r[0])) not in known])
     refresh(store, (), [_text(r[0]) for r in new_runs if text_hash(_text(r[0])) in known])
 
@@ -223,8 +211,8 @@ def rebuild(store: SqlStore) -> None:
     identity_rows, run_rows = computed_identities(store), computed_runs(store)
     store._execute(f"DELETE FROM {store.dialect.q(ids_table)}")
     store._execute(f"DELETE FROM {store.dialect.q(runs_table)}")
-    _replace(store, ids_table, IDS_COLUMNS, identity_rows)
-    _replace(store, runs_table, RUNS_COLUMNS, run_rows)
+    store.replace_rows(ids_table, IDS_COLUMNS, identity_rows)
+    store.replace_rows(runs_table, RUNS_COLUMNS, run_rows)
 
 
 def present(store: SqlStore) -> bool:
