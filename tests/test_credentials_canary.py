@@ -137,8 +137,9 @@ def test_endpoint_password_reaches_no_output(tmp_path, monkeypatch, executor):
     assert process.returncode == 1, process.stderr[-3000:]
     row = read_rows(tmp_path / "perf.csv")[-1]
     assert row["status"] == "FAILURE" and "data not available" in row["reason"], row
-    assert "minio-user:******@127.0.0.1" in row["reason"], row  # the endpoint is named, its password is not
-    assert canary not in process.stdout and canary not in process.stderr
+    assert "http://******:******@127.0.0.1" in row["reason"], row  # the endpoint is named, its user and password not
+    for planted in (canary, "minio-user"):
+        assert planted not in process.stdout and planted not in process.stderr
     assert json.loads(process.stdout)["results"][0]["status"] == "FAILURE"
     assert (tmp_path / "perf.html").is_file() and _leaks(tmp_path, canary) == []
 

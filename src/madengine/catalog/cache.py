@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from madengine.catalog.schema import Model
+from madengine.catalog.schema import Model, credential_urls
 from madengine.core import jsonio
 from madengine.core.cachedir import cache_root
 from madengine.core.redact import register_url_secrets
@@ -91,7 +91,7 @@ class CatalogCache:
                 return revived
         models = validate()
         texts = [jsonio.compact(model.to_dict()) for model in models]
-        self._files[key] = {"stat": stat_key, "urls": [m.url for m in models if "@" in m.url],
+        self._files[key] = {"stat": stat_key, "urls": [u for m in models for u in credential_urls(m.url, m.extra)],
                             "models": [model.__dict__ for model in models], "json": texts}
         self._dirty = True
         return models, texts

@@ -101,6 +101,13 @@ class Model:
         return out
 
 
+def credential_urls(url: str, extra: Mapping[str, Any]) -> list[str]:
+    """The texts of a model entry that may carry ``user:password@`` (its ``url``, and any other text
+    field naming a URL, such as ``registry_url``)."""
+    found = [url] if "@" in url else []
+    return found + [v for v in extra.values() if type(v) is str and "@" in v and "://" in v]
+
+
 def _fail(source: str, name: str | None, field: str, message: str) -> CatalogError:
     where = f"model '{name}': {field}" if name else field
     return CatalogError(message, path=source, field=where)
@@ -195,8 +202,7 @@ def model_from_entry(entry: Any, *, source: str, index: int | None = None) -> Mo
             if type(value) in (dict, list) and too_deep(value, MAX_DEPTH - 2):
                 raise _fail(source, name, field, f"nested more than {MAX_DEPTH} levels deep")
             extra[field] = value
-    url = state.get("url", "")
-    if "@" in url:  # https://user:password@host/repo.git: the password is a secret from now on
+    for url in credential_urls(state.get("url", ""), extra):  # user:password@: secrets from now on
         register_url_secrets(url)
     if not state.get("scripts") and not state.get("onnx"):
         raise _fail(source, name, "scripts", "is required (a .sh/.py file or a directory with run.sh)")
