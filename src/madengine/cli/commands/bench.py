@@ -159,7 +159,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", metavar="DIR",
                         help="cache folder for builds and prepared models (default: $MADENGINE_CACHE_DIR, else "
                              "$XDG_CACHE_HOME/madengine, else ~/.cache/madengine)")
-    scripts = parser.add_argument_group("Python scripts (SCRIPT.py)")
+    _add_script_arguments(parser.add_argument_group("Python scripts (SCRIPT.py)"))
+    parser.set_defaults(handler=handle)
+
+
+def _add_script_arguments(scripts: argparse._ArgumentGroup) -> None:
     scripts.add_argument("--script-args", default="", metavar="ARGS",
                          help="the script's arguments, one string split like a shell: --script-args \"--batch 8\"")
     scripts.add_argument("--max-depth", type=_count(0), default=0, metavar="N",
@@ -183,7 +187,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          help="absolute tolerance of the ORT vs eager check (default 1e-3; 2e-2 with --fp16)")
     scripts.add_argument("--rtol", type=tolerance, metavar="X",
                          help="relative tolerance of the ORT vs eager check (default 1e-3; 2e-2 with --fp16)")
-    parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
