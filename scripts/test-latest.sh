@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MADENGINE_UNLOCKED=1
+bash scripts/install.sh all,test
+venv="${MADENGINE_VENV:-$PWD/.venv}"
+export PATH="$venv/bin:$PATH"
 python3 -m pip install -q --upgrade --upgrade-strategy eager -e '.[all,test]' 'torch==2.13.0'
 python3 -m pip list --format=freeze > "${TMPDIR:-/tmp}/madengine-latest-freeze.txt"
 echo "test-latest.sh: installed versions in ${TMPDIR:-/tmp}/madengine-latest-freeze.txt" >&2
