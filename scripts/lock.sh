@@ -6,7 +6,11 @@
 # pointed at them so the lock names torch's CPU build, not the multi-GB CUDA build on PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v uv >/dev/null 2>&1 || python3 -m pip install -q uv
+# uv goes into madengine's own virtual environment (scripts/install.sh), never the system interpreter
+venv="${MADENGINE_VENV:-$PWD/.venv}"
+[ -x "$venv/bin/python" ] || bash scripts/install.sh
+export PATH="$venv/bin:$PATH"
+command -v uv >/dev/null 2>&1 || "$venv/bin/python" -m pip install -q uv
 find_links=()
 for folder in ${PIP_FIND_LINKS:-$(python3 -m pip config get global.find-links 2>/dev/null || true)}; do
   [ -d "$folder" ] && find_links+=(--find-links "$folder")
