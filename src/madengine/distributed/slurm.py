@@ -57,7 +57,7 @@ _DIRECTIVES = {"partition": "partition", "time": "time", "gpus_per_node": "gpus-
                "nodelist": "nodelist"}
 _INTS = ("nodes", "gpus_per_node", "cpus_per_task", "master_port", "array_limit")
 _STRINGS = ("partition", "time", "mem", "account", "qos", "reservation", "constraint", "exclude", "nodelist",
-            "job_name", "results_dir", "executor")
+            "job_name", "results_dir", "executor", "network_interface")
 _OTHER = ("madengine_command", "poll_interval", "env", "modules", "slurm_args")
 
 
@@ -78,6 +78,9 @@ class SlurmSettings:
     job_name: str = "madengine"
     results_dir: str = DEFAULT_RESULTS_DIR
     executor: str = "auto"  # what each task runs its model with: auto | docker | local
+    #: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME of every task (as the reference's key); else each
+    #: node of a multi-node job finds the interface that routes to its rendezvous
+    network_interface: str | None = None
     madengine_command: list[str] = dataclasses.field(default_factory=lambda: [sys.executable, "-m", "madengine"])
     poll_interval: float = 10.0
     master_port: int = 29500
@@ -322,7 +325,8 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
     common = {"version": __version__, "run_id": run_id, "job_name": settings.job_name,
               "trace": request.tracer.enabled,
               "directives": settings.directives(), "workdir": str(Path.cwd()), "model_dir": str(catalog.root),
-              "env": sorted(settings.env.items()), "modules": settings.modules, "command": command}
+              "env": sorted(settings.env.items()), "modules": settings.modules, "command": command,
+              "network_interface": settings.network_interface}
     templates = _templates()
     scripts: list[Script] = []
     single = [t for t in tasks if t.nodes == 1]
