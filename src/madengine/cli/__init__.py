@@ -172,10 +172,6 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         return int(ExitStatus.INTERNAL)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def _print_traceback(env: Environment) -> None:
     import traceback  # only when asked for: --help must start fast
 
