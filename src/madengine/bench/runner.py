@@ -351,7 +351,7 @@ def _with_prepared(options: engine.BenchOptions, prepared: prepared_cache.Prepar
 
 def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str,
                  trace_id: str) -> PerfRecord:
-    from madengine import __version__
+    from madengine.core.version import __version__
     from madengine.core.ids import machine_name
 
     vendor = engine.GPU_VENDORS.get(plan.provider, "CPU")

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Iterator, Sequence
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.cli.env import Environment
 from madengine.cli.render import one_line
 from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.catalog import Catalog, Model, select_models
 from madengine.context.context import Context, deep_merge, load_context_file, parse_context_string, validate_context
 from madengine.core.clock import utc_now

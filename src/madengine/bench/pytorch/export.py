@@ -104,7 +104,7 @@ def versions() -> dict[str, str]:
     import onnxruntime
     import torch
 
-    from madengine import __version__
+    from madengine.core.version import __version__
 
     found = {"madengine": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
              "onnxruntime": onnxruntime.__version__}
