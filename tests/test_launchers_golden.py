@@ -1,7 +1,8 @@
 """Golden tests of every launcher's command and environment on one node and on several
 (tests/golden/launchers/<launcher>.json), and proofs that the commands are what the launchers
-accept: torchrun's and DeepSpeed's own argument parsers read every generated runner, and the
-two-node forms of both really start a world of 2 ranks over gloo on this host.
+accept: torchrun's and DeepSpeed's own argument parsers read every generated runner (DeepSpeed's
+node script on several nodes, and its fallback for releases without --no_ssh), and the two-node
+forms of both really start a world of 2 ranks over gloo on this host (DeepSpeed's both ways).
 
 vLLM, SGLang and Primus set no runner (their scripts start their own workers): their golden
 environment is the whole contract; their runtimes are too heavy to install here.
