@@ -11,11 +11,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from madengine.bench.flags import ONNX_FLAGS, SCRIPT_FLAGS, TIMING_FLAGS, args_cell, timing_values
+from madengine.bench.flags import ONNX_FLAGS, SCRIPT_FLAGS, TIMING_FLAGS, args_cell, assignment, timing_values
 from madengine.catalog import Catalog
 from madengine.cli import build_parser
 from madengine.cli.commands.run import run_request
-from madengine.core.flagtable import Flag, argv, flag_values, option_values
+from madengine.core.flagtable import (Flag, argv, boolean, duration, flag_values, names_list, option_values, timeout,
+                                     whole)
 from madengine.core.values import MAX_TIMEOUT
 from madengine.distributed.options import TRANSPORT_FLAGS, SlurmOptions, TransportOptions
 from madengine.distributed.slurm import SlurmRun, SlurmSettings, task_command
@@ -39,6 +40,41 @@ def test_what_is_written_and_what_is_not():
     assert argv(FLAGS, {}) == []  # a key that is not given is not written
     # a value a parser would read as an option goes with its flag; one with a space is a value anyway
     assert argv(FLAGS, {"name": "-x", "item": ["--a b"]}) == ["--name=-x", "--item", "--a b"]
+
+
+PARSERS = (whole(0), whole(1), timeout, boolean, duration, names_list("provider"), assignment)
+
+
+@given(st.text(max_size=30))
+def test_every_flag_parser_takes_any_text_or_says_why(text):
+    for parse in PARSERS:
+        try:
+            parse(text)
+        except ValueError as exc:  # argparse's usage error (exit 2) shows this message
+            assert str(exc) and "Traceback" not in str(exc)
+
+
+def test_what_the_flag_parsers_say():
+    assert (timeout("-1"), timeout("0"), timeout("30")) == (None, 0, 30)
+    assert (boolean("Yes"), boolean("off")) == (True, False)
+    assert duration("2.5") == 2.5 and names_list("provider")(" cpu, ,cuda ") == ["cpu", "cuda"]
+    for parse, text, message in ((whole(1), "0", "must be 1 or more"), (whole(0), "x", "'x' is not a whole number"),
+                                 (timeout, "-2", "must be -1 (model/default), 0 (never)"),
+                                 (duration, "inf", "is not a number of seconds"), (boolean, "maybe", "not true/false"),
+                                 (names_list("provider"), ",", "names no provider"),
+                                 (assignment, "x", "is not NAME=VALUE")):
+        try:
+            parse(text)
+        except ValueError as exc:
+            assert message in str(exc), (text, exc)
+        else:
+            raise AssertionError(f"{text!r} was taken")
+
+
+def test_a_bad_flag_value_is_one_line_and_exit_2(cli):
+    result = cli("run", "--tags", "x", "--timeout", "soon")
+    assert result.code == 2 and result.stderr.count("\n") == 1
+    assert "argument --timeout: 'soon' is not a whole number of seconds" in result.stderr
 
 
 # -- madengine run: any options, written back and parsed again ---------------------------------------
