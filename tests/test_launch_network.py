@@ -15,6 +15,7 @@ from madengine.catalog.schema import model_from_entry
 from madengine.context.context import Context
 from madengine.execution.plan import model_env, plan_launch
 from madengine.launch import SOCKET_IFNAME_VARS, rendezvous_interface
+from madengine.launch import network
 from madengine.launch.network import interface_of, route_interface, source_address
 
 
@@ -75,6 +76,16 @@ def test_the_users_choice_stands_whole():
     assert rendezvous_interface("127.0.0.1", {}, {"GLOO_SOCKET_IFNAME": "eth9"}) == ""
     assert rendezvous_interface("127.0.0.1", {"NCCL_SOCKET_IFNAME": ""}) == "lo"  # set but empty: not a choice
     assert rendezvous_interface("no-such-host.invalid") == ""
+
+
+def test_a_name_only_this_host_maps_to_its_loopback_is_left_to_nccl(monkeypatch):
+    """Debian writes '127.0.1.1 <hostname>' into /etc/hosts: on the rendezvous node its own name is
+    loopback, while the other nodes reach it on a real network; 'lo' there would strand them."""
+    resolve = network.source_address
+    monkeypatch.setattr(network, "source_address",  # what such a resolver answers for this node's own name
+                        lambda address: "127.0.0.1" if address == "node0" else resolve(address))
+    assert rendezvous_interface("node0") == ""
+    assert rendezvous_interface("localhost") == rendezvous_interface("127.0.0.1") == "lo"
 
 
 # -- a node of a multi-node job ------------------------------------------------------------------

@@ -89,7 +89,21 @@ def route_interface(address: str) -> str | None:
 def rendezvous_interface(master_addr: str, *given: Mapping[str, str]) -> str:
     """The interface for ``NCCL_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME`` (:data:`SOCKET_IFNAME_VARS`):
     the one that routes to ``master_addr``. Empty when the user set either variable in one of
-    ``given`` (their choice of network stands, whole) or when the interface cannot be told."""
+    ``given`` (their choice of network stands, whole) or when the interface cannot be told; empty
+    too for a host name this host maps to its own loopback (``127.0.1.1 node0`` in /etc/hosts):
+    the other nodes reach that node on another network, and NCCL and Gloo then choose better."""
     if any(values.get(name) for values in given for name in SOCKET_IFNAME_VARS):
         return ""
-    return route_interface(master_addr) or ""
+    local = source_address(master_addr)
+    if local is None or (ipaddress.ip_address(local).is_loopback and not _means_loopback(master_addr)):
+        return ""
+    return interface_of(local) or ""
+
+
+def _means_loopback(address: str) -> bool:
+    """Whether ``address`` says loopback by itself (``localhost``, ``127.0.0.1``, ``::1``), the same on
+    every node, unlike a name that resolves to loopback on one host only."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address.lower().rstrip(".") == "localhost"
