@@ -1,7 +1,8 @@
 """Golden tests of every launcher's command and environment on one node and on several
 (tests/golden/launchers/<launcher>.json), and proofs that the commands are what the launchers
-accept: torchrun's and DeepSpeed's own argument parsers read every generated runner, and the
-two-node forms of both really start a world of 2 ranks over gloo on this host.
+accept: torchrun's and DeepSpeed's own argument parsers read every generated runner (DeepSpeed's
+node script on several nodes, and its fallback for releases without --no_ssh), and the two-node
+forms of both really start a world of 2 ranks over gloo on this host (DeepSpeed's both ways).
 
 vLLM, SGLang and Primus set no runner (their scripts start their own workers): their golden
 environment is the whole contract; their runtimes are too heavy to install here.
@@ -15,14 +16,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import shlex
+import string
 import subprocess
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from conftest import FIXTURES, require_service
 from madengine.core.errors import LaunchError
 from madengine.launch import COMMON_ENV, LAUNCHERS, NodePlacement, free_port, node_launch, parse_distributed
+from madengine.launch.launchers import DEEPSPEED_NODE_SCRIPT
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "launchers"
 UPDATE = os.environ.get("MADENGINE_UPDATE_GOLDEN") == "1"
@@ -35,11 +41,12 @@ HOSTS = ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")
 
 
 def n_nodes(rank: int, nodes: int) -> NodePlacement:
+    """Node ``rank`` of a job on ``nodes`` nodes whose executor found the interface to the rendezvous."""
     return NodePlacement(node_rank=rank, master_addr=HOSTS[0], master_port=29500, devices=tuple(range(8)),
-                         hosts=HOSTS[:nodes], workspace="/myworkspace")
+                         hosts=HOSTS[:nodes], workspace="/myworkspace", socket_ifname="eth1")
 
 
-#: per launcher: (case name, distributed block, placement); at least one case on 1 node and one on N
+#: per launcher: (case name, distributed block, placement[, model name]); at least one case on 1 node and one on N
 CASES: dict[str, list[tuple[str, dict, NodePlacement]]] = {
     "torchrun": [
         ("1-node", {"launcher": "torchrun"}, ONE_NODE),
@@ -78,6 +85,12 @@ CASES: dict[str, list[tuple[str, dict, NodePlacement]]] = {
     ],
     "primus": [
         ("1-node", {"launcher": "primus"}, ONE_NODE),
+        ("1-node-backend-from-name", {"launcher": "primus"}, ONE_NODE, "primus_pretrain/torchtitan_MI300X_qwen3_4B"),
+        ("1-node-maxtext-from-name", {"launcher": "primus"}, ONE_NODE, "primus_pretrain/maxtext_MI300X_llama2_7B"),
+        ("2-nodes-bridge-from-name", {"launcher": "primus", "nnodes": 2}, n_nodes(0, 2),
+         "primus_pretrain/megatron_bridge_MI355X_llama3_8B"),
+        ("2-nodes-given-backend-wins", {"launcher": "primus", "nnodes": 2, "primus": {"backend": "megatron"}},
+         n_nodes(1, 2), "primus_pretrain/torchtitan_MI300X_qwen3_4B"),
         ("2-nodes-rank-1", {"launcher": "primus", "nnodes": 2,
                             "primus": {"config_path": "examples/megatron/llama3_8B.yaml",
                                        "cli_extra": "--train_iters 10", "backend": "megatron"}}, n_nodes(1, 2)),
@@ -89,11 +102,11 @@ CASES: dict[str, list[tuple[str, dict, NodePlacement]]] = {
 }
 
 
-def outcome(block: dict, place: NodePlacement) -> dict:
+def outcome(block: dict, place: NodePlacement, model: str = "") -> dict:
     """What a case produces, as the golden file records it."""
-    case = {"block": block, "placement": dataclasses.asdict(place)}
+    case = {"block": block, "placement": dataclasses.asdict(place), **({"model": model} if model else {})}
     try:
-        launch = node_launch(parse_distributed(block, source="models.json"), place)
+        launch = node_launch(parse_distributed(block, source="models.json", model_name=model), place)
     except LaunchError as exc:
         return {**case, "error": str(exc)}
     return {**case, "runner": list(launch.runner), "env": dict(sorted(launch.env.items())),
@@ -103,13 +116,13 @@ def outcome(block: dict, place: NodePlacement) -> dict:
 def test_every_launcher_has_one_node_and_multi_node_cases():
     assert set(CASES) == set(LAUNCHERS)
     for launcher, cases in CASES.items():
-        nodes = {block.get("nnodes", 1) > 1 for _, block, _ in cases}
+        nodes = {case[1].get("nnodes", 1) > 1 for case in cases}
         assert nodes == {False, True}, launcher
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_command_and_environment_match_the_golden_file(launcher):
-    produced = json.loads(json.dumps({name: outcome(block, place) for name, block, place in CASES[launcher]}))
+    produced = json.loads(json.dumps({name: outcome(*case) for name, *case in CASES[launcher]}))
     path = GOLDEN / f"{launcher}.json"
     if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,8 +133,8 @@ def test_command_and_environment_match_the_golden_file(launcher):
 
 def _launches(prefix: str):
     for launcher, cases in CASES.items():
-        for name, block, place in cases:
-            result = outcome(block, place)
+        for name, *case in cases:
+            result = outcome(*case)
             if (result.get("runner") or [None])[0] == prefix:
                 yield pytest.param(result, id=f"{launcher}-{name}")
 
@@ -159,10 +172,32 @@ def _deepspeed_parser():
     return parse_args
 
 
-@pytest.mark.parametrize("result", list(_launches("deepspeed")))
+def _deepspeed_cases(*, several_nodes: bool = False):
+    for name, *case in CASES["deepspeed"]:
+        result = outcome(*case)
+        if "error" not in result and (not several_nodes or result["env"]["NNODES"] != "1"):
+            yield pytest.param(result, id=name)
+
+
+def _script_command(script: str, program: str, env: dict[str, str]) -> list[str]:
+    """The words of a launch script's ``exec <program> ...`` command (continued lines joined), its
+    variables filled in from ``env`` and the script's own assignments, ``"$@"`` left out."""
+    text = script.replace("\\\n", " ")
+    assigned = {name: shlex.split(value)[0] for name, value in re.findall(r"^(\w+)=(\S+)$", text, re.M)}
+    line = next(line.strip() for line in text.splitlines() if line.strip().startswith(f"exec {program} "))
+    words = [word for word in shlex.split(line)[1:] if word != "$@"]
+    return [string.Template(word).substitute({**env, **assigned}) for word in words]
+
+
+@pytest.mark.parametrize("result", list(_deepspeed_cases()))
 def test_deepspeed_reads_every_generated_runner(result):
-    args = _deepspeed_parser()([*result["runner"][1:], "train.py", "--steps", "5"])
     env = result["env"]
+    if result["runner"][0] == "deepspeed":
+        argv = result["runner"][1:]
+    else:  # several nodes: the node script's command for a DeepSpeed with --no_ssh
+        assert result["runner"] == ["bash", f"/myworkspace/{DEEPSPEED_NODE_SCRIPT}"]
+        argv = _script_command(result["files"][DEEPSPEED_NODE_SCRIPT], "deepspeed", env)[1:]
+    args = _deepspeed_parser()([*argv, "train.py", "--steps", "5"])
     assert args.user_script == "train.py" and args.user_args == ["--steps", "5"]
     assert args.master_port == int(env["MASTER_PORT"])
     assert args.enable_each_rank_log == "None"  # its rank logs would take the output away from the run's log
@@ -178,10 +213,25 @@ def test_deepspeed_reads_every_generated_runner(result):
                                              .split(",")]
 
 
+@pytest.mark.parametrize("result", list(_deepspeed_cases(several_nodes=True)))
+def test_the_fallback_for_a_deepspeed_without_no_ssh_is_its_per_node_launcher(result):
+    _deepspeed_parser()
+    from deepspeed.launcher.launch import parse_args
+
+    env = result["env"]
+    argv = _script_command(result["files"][DEEPSPEED_NODE_SCRIPT], "python3", {**env, "world_info": "e30="})
+    assert argv[:3] == ["python3", "-u", "-m"] and argv[3] == "deepspeed.launcher.launch"
+    with mock.patch("sys.argv", ["launch", *argv[4:], "train.py", "--steps", "5"]):
+        args = parse_args()
+    assert (args.node_rank, args.master_addr, args.master_port) == (int(env["NODE_RANK"]), env["MASTER_ADDR"],
+                                                                   int(env["MASTER_PORT"]))
+    assert args.world_info == "e30=" and args.training_script == "train.py"
+
+
 def test_every_launch_sets_the_mad_contract():
     for cases in CASES.values():
-        for _, block, place in cases:
-            result = outcome(block, place)
+        for _, *case in cases:
+            result = outcome(*case)
             if "error" in result:
                 continue
             assert set(COMMON_ENV) <= set(result["env"])
@@ -190,7 +240,8 @@ def test_every_launch_sets_the_mad_contract():
 
 
 # -- real launches on this host: two "nodes" as two launchers that meet at one rendezvous ----------
-def _two_nodes(block: dict, tmp_path: Path, hosts: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
+def _two_nodes(block: dict, tmp_path: Path, hosts: tuple[str, ...] = (),
+               path: str | None = None) -> list[subprocess.CompletedProcess]:
     spec = parse_distributed(block, source="test")
     port = free_port()
     procs = []
@@ -202,7 +253,8 @@ def _two_nodes(block: dict, tmp_path: Path, hosts: tuple[str, ...] = ()) -> list
         for relative, text in launch.files.items():
             (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
             (workspace / relative).write_text(text)
-        env = {**os.environ, **launch.env, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+        env = {**os.environ, **launch.env, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+               "PATH": path or os.environ["PATH"]}
         procs.append(subprocess.Popen([*launch.runner, str(TRAIN), "--steps", "2"], cwd=workspace, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True))
@@ -234,6 +286,34 @@ def test_deepspeed_two_nodes_really_meet(tmp_path):
     results = _two_nodes({"launcher": "deepspeed", "nnodes": 2, "nproc_per_node": 1}, tmp_path,
                          hosts=("127.0.0.1", "localhost"))
     assert [r.returncode for r in results] == [0, 0], [r.stdout[-2000:] for r in results]
+    assert "world_size: 2" in results[0].stdout and "rank 1 of 2" in results[1].stdout
+    assert "has no --no_ssh" not in results[0].stdout  # this release has it: its own launch
+
+
+#: the command line of a DeepSpeed release before --no_ssh (it has --no_ssh_check, which must not
+#: pass for it): an old release cannot be installed beside the test extra's, its CLI is all that differs
+OLD_DEEPSPEED = """#!/bin/bash
+if [ "${1:-}" = --help ]; then
+  echo "usage: deepspeed [-h] [-H HOSTFILE] [-i INCLUDE] [-e EXCLUDE] [--num_nodes NUM_NODES] [--no_ssh_check]"
+  echo "  --no_ssh_check        Do not perform ssh check in multi-node launcher model"
+  exit 0
+fi
+echo "old deepspeed: would ssh into every host of the hostfile" >&2
+exit 97
+"""
+
+
+@pytest.mark.slow
+def test_a_deepspeed_without_no_ssh_starts_each_node_from_the_hostfile(tmp_path):
+    _deepspeed_parser()
+    bin_dir = tmp_path / "old-deepspeed"
+    bin_dir.mkdir()
+    (bin_dir / "deepspeed").write_text(OLD_DEEPSPEED)
+    (bin_dir / "deepspeed").chmod(0o755)
+    results = _two_nodes({"launcher": "deepspeed", "nnodes": 2, "nproc_per_node": 1}, tmp_path,
+                         hosts=("127.0.0.1", "localhost"), path=f"{bin_dir}:{os.environ['PATH']}")
+    assert [r.returncode for r in results] == [0, 0], [r.stdout[-2000:] for r in results]
+    assert all("has no --no_ssh: node" in r.stdout and "would ssh" not in r.stdout for r in results)
     assert "world_size: 2" in results[0].stdout and "rank 1 of 2" in results[1].stdout
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import IN_CI, run_process
 from madengine.reports.compare import compare_rows
-from madengine.reports.metrics import lower_is_better
+from madengine.results.direction import lower_is_better
 from madengine.results import PerfRecord, append_records
 from madengine.results.samples import SAMPLES_FILE, sample_columns, write_samples_file
 

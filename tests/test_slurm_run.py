@@ -211,6 +211,7 @@ SCRIPTS = {
     "fail.sh": 'echo "about to fail"\nexit 3\n',
     "sleep.sh": 'echo "sleeping"\nsleep 600\necho "performance: 1 s"\n',
     "ranks.sh": 'echo "rank $NODE_RANK of $NNODES via $MASTER_ADDR:$MASTER_PORT collect=${MAD_COLLECT_METRICS:-true}"\n'
+                'echo "interfaces nccl=${NCCL_SOCKET_IFNAME:-} gloo=${GLOO_SOCKET_IFNAME:-}"\n'
                 'echo "performance: $((NODE_RANK + 10)) nodes"\n',
 }
 CONTEXT = json.dumps({"slurm": {"executor": "local", "poll_interval": 0.3}})
@@ -287,6 +288,7 @@ def test_multi_node_model_gets_its_own_job_with_rendezvous_env(slurm_repo, cli):
     log = Path(rows[0]["artifacts"].split(",")[-1]).read_text()
     assert "rank 0 of 2 via 127.0.0.1:29500 collect=true" in log
     assert "rank 1 of 2 via 127.0.0.1:29500 collect=false" in log
+    assert log.count("interfaces nccl=lo gloo=lo") == 2  # each node's interface to the rendezvous (127.0.0.1)
     for node in (0, 1):  # each node's own log, apart from the job's
         node_log = next((slurm_repo / "slurm_results").glob(f"*/tasks/*-sl_multi/node-{node}/runs/*/*/run.log"))
         assert f"rank {node} of 2" in node_log.read_text()

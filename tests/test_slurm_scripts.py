@@ -138,6 +138,23 @@ def test_nodes_flag_becomes_the_jobs_nnodes_on_every_node(repo, cli):
     assert "--additional-context '{\"distributed\": {\"nnodes\": 4}}'" in scripts["000-d.node.sh"]
 
 
+def test_network_interface_is_every_tasks_nccl_and_gloo_interface(repo, cli):
+    context = {"slurm": {"network_interface": "ib0", "env": {"GLOO_SOCKET_IFNAME": "eth2"}}}
+    result = cli("run", "--tags", "one", "big", "--executor", "slurm", "--dry-run", "-c", json.dumps(context))
+    assert result.code == 0, result
+    scripts = _scripts(result.stdout + result.stderr)
+    assert sorted(scripts) == ["001-big.node.sh", "001-big.sbatch", "array.sbatch"]
+    for name in ("array.sbatch", "001-big.sbatch"):  # the reference's key; the user's own env wins after it
+        text = scripts[name]
+        assert "export NCCL_SOCKET_IFNAME=ib0 GLOO_SOCKET_IFNAME=ib0\n" in text
+        assert text.index("GLOO_SOCKET_IFNAME=ib0") < text.index("export GLOO_SOCKET_IFNAME=eth2")
+    plain = _scripts(cli("run", "--tags", "big", "--executor", "slurm", "--dry-run").stdout)
+    assert "SOCKET_IFNAME" not in plain["000-big.sbatch"]  # each node finds its own (madengine.launch.network)
+    bad = cli("run", "--tags", "one", "--executor", "slurm", "--dry-run", "-c",
+              json.dumps({"slurm": {"network_interface": "eth0; reboot"}}))
+    assert bad.code == 2 and "slurm: network_interface" in bad.stderr and "one word" in bad.stderr, bad
+
+
 @pytest.mark.parametrize("context, message", [
     ({"slurm": {"partitions": "x"}}, "unknown Slurm setting"),
     ({"slurm": {"time": "soon"}}, "is not a Slurm time limit"),

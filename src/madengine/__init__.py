@@ -6,7 +6,7 @@ first use so that ``import madengine`` stays fast. The packages below are the st
 catalog → context → execution → results → reports/database. See docs/architecture.md.
 """
 
-__version__ = "2.0.0"
+from madengine.core.version import __version__
 
 #: names of :mod:`madengine.api` offered as ``madengine.<name>`` (loaded on first use)
 API_NAMES = ("discover", "run", "bench", "read_results", "benchmark_model", "benchmark_script", "BackendResult",
@@ -16,11 +16,9 @@ API_NAMES = ("discover", "run", "bench", "read_results", "benchmark_model", "ben
 
 def __getattr__(name: str):
     if name in API_NAMES:
-        # importlib, not an import statement: every module reads __version__ from here, and none of
-        # them depends on the API (the layers of docs/architecture.md put it above bench)
-        import importlib
+        from madengine import api  # on first use: the API imports most of the package
 
-        return getattr(importlib.import_module("madengine.api"), name)
+        return getattr(api, name)
     raise AttributeError(f"module 'madengine' has no attribute {name!r}")
 
 

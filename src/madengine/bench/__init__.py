@@ -3,17 +3,24 @@
 Public surface: :class:`BenchRequest`, :func:`run_bench`, :class:`BenchSummary`,
 :class:`BenchOutcome`, :func:`load_suite`, :class:`ModelEntry`, :data:`BENCH_COLUMNS`.
 The timing itself lives in the portable :mod:`madengine.bench.harness` (no madengine imports), which
-both paths run. Nothing here imports numpy or onnxruntime at import time.
+both paths run. Nothing here imports numpy or onnxruntime at import time, and the names are
+imported on first use: the CLI reads :mod:`madengine.bench.flags` to build its parser without
+loading the runner.
 """
 
 import sys
 import types
 
-from madengine.bench.columns import BENCH_COLUMNS
-from madengine.bench.runner import BenchOutcome, BenchRequest, BenchSummary, run_bench
-from madengine.bench.suite import ModelEntry, load_suite
+from madengine.core.lazy import lazy_exports
 
-__all__ = ["BENCH_COLUMNS", "BenchOutcome", "BenchRequest", "BenchSummary", "ModelEntry", "load_suite", "run_bench"]
+_EXPORTS = {"BENCH_COLUMNS": "madengine.bench.columns", "BenchOutcome": "madengine.bench.runner",
+            "BenchRequest": "madengine.bench.runner", "BenchSummary": "madengine.bench.runner",
+            "run_bench": "madengine.bench.runner", "ModelEntry": "madengine.bench.suite",
+            "load_suite": "madengine.bench.suite"}
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+
+__all__ = sorted(_EXPORTS)
 
 
 class _CallablePackage(types.ModuleType):

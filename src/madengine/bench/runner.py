@@ -27,6 +27,7 @@ from typing import Any
 
 from madengine.bench import cache as prepared_cache
 from madengine.bench.columns import bench_columns, performance, set_reported
+from madengine.bench.flags import ONNX_FLAGS, TIMING_FLAGS, args_cell, timing_values
 from madengine.bench.harness import HarnessError, HarnessInputError, engine
 from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.errors import PrecisionUnsupported
@@ -351,7 +352,7 @@ def _with_prepared(options: engine.BenchOptions, prepared: prepared_cache.Prepar
 
 def _base_record(entry: ModelEntry, plan: _Plan, request: BenchRequest, run_id: str, started_at: str,
                  trace_id: str) -> PerfRecord:
-    from madengine import __version__
+    from madengine.core.version import __version__
     from madengine.core.ids import machine_name
 
     vendor = engine.GPU_VENDORS.get(plan.provider, "CPU")
@@ -377,23 +378,13 @@ def gpu_architecture(vendor: str) -> str:
 
 def _args_text(entry: ModelEntry, plan: _Plan, request: BenchRequest) -> str:
     """The settings that define the measured workload, as one perf.csv ``args`` cell."""
-    parts = [f"--provider {engine.short_provider(plan.provider)}"]
-    if plan.precision != numerics.DEFAULT:
-        parts.append(f"--precision {plan.precision}")
-    batch = entry.batch_size or request.batch_size
-    if batch is not None:
-        parts.append(f"--batch-size {batch}")
-    parts += [f"--shape {name}={','.join(str(d) for d in dims)}" for name, dims in entry.shapes.items()]
-    parts += [f"--axes {name}={size}" for name, size in entry.axes.items()]
-    parts.append(f"--warmup {request.warmup}")
-    if request.iterations is not None:
-        parts.append(f"--iterations {request.iterations}")
-    else:
-        parts.append(f"--min-time {request.min_time if request.min_time is not None else engine.DEFAULT_MIN_TIME:g}")
-    if request.threads is not None:
-        parts.append(f"--threads {request.threads}")
-    parts.append(f"--seed {request.seed}")
-    return " ".join(parts)
+    return args_cell((*ONNX_FLAGS, *TIMING_FLAGS), {
+        "provider": engine.short_provider(plan.provider),
+        "precision": None if plan.precision == numerics.DEFAULT else plan.precision,
+        "batch_size": entry.batch_size or request.batch_size,
+        "shape": [f"{name}={','.join(str(d) for d in dims)}" for name, dims in entry.shapes.items()],
+        "axes": [f"{name}={size}" for name, size in entry.axes.items()],
+        **timing_values(request.warmup, request.iterations, request.min_time, request.threads), "seed": request.seed})
 
 
 def unused_folder(path: Path) -> Path:

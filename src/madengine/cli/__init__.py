@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Iterator, Sequence
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.cli.env import Environment
 from madengine.cli.render import one_line
 from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, interrupt_status, interruption
@@ -170,10 +170,6 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
               "(rerun with --debug for the traceback)",
               file=env.stderr, flush=True)
         return int(ExitStatus.INTERNAL)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
 
 
 def _print_traceback(env: Environment) -> None:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.catalog import Catalog, Model, select_models
 from madengine.catalog.schema import model_from_entry
 from madengine.core.errors import ConfigError, InputError

@@ -1,11 +1,23 @@
-"""Typed options of the build/run split, parallel scheduling and Slurm (what the flags say)."""
+"""Typed options of the build/run split, parallel scheduling and Slurm (what the flags say), and
+the flags of a run's images (:data:`TRANSPORT_FLAGS`, a :mod:`madengine.core.flagtable` table)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from madengine.core.flagtable import Flag
+
 DEFAULT_MANIFEST = "build_manifest.json"
+
+#: madengine run: where its images come from (:class:`TransportOptions`)
+TRANSPORT_FLAGS = (
+    Flag(("--manifest-file", "-m"), "manifest_file", "run exactly the images of a build manifest (from 'madengine "
+         "build') without rebuilding", metavar="JSON"),
+    Flag(("--registry",), "registry", "registry to pull manifest images from", metavar="HOST[/NS]"),
+    Flag(("--image-archive",), "image_archive", "folder of 'docker save' archives to load manifest images from",
+         metavar="DIR"),
+)
 
 
 @dataclasses.dataclass(frozen=True)

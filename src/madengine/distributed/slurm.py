@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.catalog import Catalog, Model, select_models
 from madengine.context.context import Context, deep_merge, load_context_file, parse_context_string, validate_context
 from madengine.core.clock import utc_now
@@ -38,8 +38,9 @@ from madengine.distributed.slurm_jobs import (JOB_FILE, JobCollector, LogFollowe
                                               collect_job, ensure_not_collected, find_job, load_job,
                                               wait_for_job)
 from madengine.core.events import Reporter
-from madengine.distributed.options import SlurmOptions, TransportOptions
-from madengine.execution.options import BuildOptions, RunOptions
+from madengine.core.flagtable import argv, flag_values
+from madengine.distributed.options import TRANSPORT_FLAGS, SlurmOptions, TransportOptions
+from madengine.execution.options import IMAGE_FLAGS, NO_HTML, RUN_OPTION_FLAGS, BuildOptions, RunOptions
 from madengine.execution.plan import distributed_spec
 from madengine.core.ids import new_run_id
 from madengine.results import RunSummary
@@ -57,7 +58,7 @@ _DIRECTIVES = {"partition": "partition", "time": "time", "gpus_per_node": "gpus-
                "nodelist": "nodelist"}
 _INTS = ("nodes", "gpus_per_node", "cpus_per_task", "master_port", "array_limit")
 _STRINGS = ("partition", "time", "mem", "account", "qos", "reservation", "constraint", "exclude", "nodelist",
-            "job_name", "results_dir", "executor")
+            "job_name", "results_dir", "executor", "network_interface")
 _OTHER = ("madengine_command", "poll_interval", "env", "modules", "slurm_args")
 
 
@@ -78,6 +79,9 @@ class SlurmSettings:
     job_name: str = "madengine"
     results_dir: str = DEFAULT_RESULTS_DIR
     executor: str = "auto"  # what each task runs its model with: auto | docker | local
+    #: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME of every task (as the reference's key); else each
+    #: node of a multi-node job finds the interface that routes to its rendezvous
+    network_interface: str | None = None
     madengine_command: list[str] = dataclasses.field(default_factory=lambda: [sys.executable, "-m", "madengine"])
     poll_interval: float = 10.0
     master_port: int = 29500
@@ -241,38 +245,23 @@ class SlurmPlan:
     task_spans: dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
+#: the flags a task's ``madengine run`` is given: the run's own, the images', where its images come from
+TASK_FLAGS = (*RUN_OPTION_FLAGS, NO_HTML, *IMAGE_FLAGS, *TRANSPORT_FLAGS)
+
+
 def task_command(request: SlurmRun, settings: SlurmSettings, job_dir: Path, context_file: Path | None) -> list[str]:
-    """``madengine run`` as each task runs it (the template adds ``--tags`` and ``--output``)."""
-    options, build, transport = request.run, request.build, request.transport
-    argv = [*settings.madengine_command, "run", "--executor", settings.executor, "--live-output", "--no-html",
-            "--runs-dir", str(job_dir / "runs")]
-    if not request.run.trace:
-        argv.append("--no-trace")
-    if options.timeout is not None:
-        argv += ["--timeout", str(options.timeout)]
-    if options.repeat is not None:
-        argv += ["--repeat", str(options.repeat)]
-    if options.warmup_runs:
-        argv += ["--warmup-runs", str(options.warmup_runs)]
-    if context_file is not None:
-        argv += ["--additional-context-file", str(context_file)]
+    """``madengine run`` as each task runs it: the run's options written back by their flag tables,
+    with the task's own executor, runs folder, context file and live output (the templates add
+    ``--tags``, ``--output`` and ``--trace``)."""
+    run = dataclasses.replace(request.run, executor=settings.executor, live_output=True, runs_dir=job_dir / "runs",
+                              context_file=str(context_file) if context_file is not None else None,
+                              context_string=None, trace_file=None)
+    transport = request.transport
     if transport.manifest_file:
-        argv += ["--manifest-file", str(Path(transport.manifest_file).resolve())]
-    for flag, value in (("--registry", transport.registry), ("--image-archive", transport.image_archive),
-                        ("--tools-json-file-name", options.tools_json_file_name),
-                        ("--force-mirror-local", options.force_mirror_local)):
-        if value:
-            argv += [flag, str(value)]
-    if options.data_config_file_name != "data.json":
-        argv += ["--data-config-file-name", options.data_config_file_name]
-    for flag, on in (("--generate-sys-env-details", options.generate_sys_env_details),
-                     ("--keep-model-dir", options.keep_model_dir), ("--skip-model-run", options.skip_model_run),
-                     ("--disable-skip-gpu-arch", options.disable_skip_gpu_arch),
-                     ("--clean-docker-cache", build.no_cache), ("--pull", build.pull),
-                     ("--rebuild", build.rebuild)):
-        if on:
-            argv.append(flag)
-    return argv
+        transport = dataclasses.replace(transport, manifest_file=str(Path(transport.manifest_file).resolve()))
+    values = {**flag_values(RUN_OPTION_FLAGS, run), **flag_values(IMAGE_FLAGS, request.build),
+              **flag_values(TRANSPORT_FLAGS, transport), NO_HTML.dest: True}
+    return [*settings.madengine_command, "run", *argv(TASK_FLAGS, values)]
 
 
 def _templates() -> Any:
@@ -322,7 +311,8 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
     common = {"version": __version__, "run_id": run_id, "job_name": settings.job_name,
               "trace": request.tracer.enabled,
               "directives": settings.directives(), "workdir": str(Path.cwd()), "model_dir": str(catalog.root),
-              "env": sorted(settings.env.items()), "modules": settings.modules, "command": command}
+              "env": sorted(settings.env.items()), "modules": settings.modules, "command": command,
+              "network_interface": settings.network_interface}
     templates = _templates()
     scripts: list[Script] = []
     single = [t for t in tasks if t.nodes == 1]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.catalog import Model
 from madengine.core.clock import utc_now
 from madengine.core.host import Host

@@ -91,5 +91,6 @@ class Executor(Protocol):
         """Kill every container or process group run ``run_id`` started (they are cleaned up by
         :meth:`stop`, which the runner still calls)."""
 
-    def close(self) -> None:
-        """Wait until everything :meth:`stop` started to clean up is gone."""
+    def close(self) -> list[str]:
+        """Wait until everything :meth:`stop` started to clean up is gone; the names of what is still
+        left behind (containers an engine that went away could not remove), else an empty list."""

@@ -67,8 +67,8 @@ class LocalExecutor:
         died, a daemon no post-script stopped) is ended."""
         end_step(None, run_cookie(spec.env), _KILL_GRACE)
 
-    def close(self) -> None:
-        return None
+    def close(self) -> list[str]:
+        return []  # stop() ended every process of the run already
 
     def _env(self, spec: RunSpec, step: Step) -> dict[str, str]:
         env = dict(self.environ)

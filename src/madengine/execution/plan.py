@@ -19,6 +19,7 @@ from madengine.context.context import Context, parse_gpu_list
 from madengine.core.errors import ExecutionError, LaunchError
 from madengine.core.spec import CONTAINER_WORKSPACE, Step
 from madengine.launch import DEFAULT_PORT, DistributedSpec, NodeLaunch, NodePlacement, node_launch
+from madengine.launch.network import rendezvous_interface
 from madengine.launch.ports import check_port_free, free_port
 from madengine.launch.spec import check_block, merge_blocks, spec_from_block
 
@@ -92,7 +93,7 @@ def distributed_spec(model: Model, context: Context) -> DistributedSpec | None:
     checked = check_block(block, source=model.source, where=where) if block is not None else {}
     source = f"{model.source} + context" if block is not None and overlay else \
         (model.source if block is not None else "context")
-    return spec_from_block(merge_blocks(checked, overlay), source=source, where=where)
+    return spec_from_block(merge_blocks(checked, overlay), source=source, where=where, model_name=model.name)
 
 
 def job_node(environ: Mapping[str, str], spec: DistributedSpec) -> NodePlacement | None:
@@ -157,13 +158,17 @@ def plan_launch(model: Model, context: Context, gpu_ids: list[int], workspace: s
                 environ: Mapping[str, str]) -> NodeLaunch | None:
     """What this node of the model's job runs (None without a ``distributed`` block): a one-node
     job rendezvous on this host, at its ``master_port`` or a free port; a node of a multi-node job
-    where :func:`job_node` says. Raises LaunchError."""
+    where :func:`job_node` says, NCCL and Gloo on the interface that routes to the rendezvous unless
+    the user chose one (the environment or the context's ``docker_env_vars``). Raises LaunchError."""
     spec = distributed_spec(model, context)
     if spec is None:
         return None
     node = job_node(environ, spec) if spec.multi_node else None
     if spec.multi_node and node is None:
         raise LaunchError(f"nnodes {spec.nnodes} needs a multi-node executor", field="distributed.nnodes")
+    if node is not None:
+        node = dataclasses.replace(node, socket_ifname=rendezvous_interface(node.master_addr, environ,
+                                                                            context.docker_env_vars))
     place = node or NodePlacement(master_port=spec.master_port or free_port())
     place = dataclasses.replace(place, devices=tuple(gpu_ids), workspace=workspace)
     return node_launch(spec, place)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.context.detect import nvidia_short_arch

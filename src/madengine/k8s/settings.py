@@ -65,9 +65,6 @@ class K8sSettings:
     #: seconds a pod may stay unschedulable or unable to pull its image before its job fails
     pending_timeout: int = DEFAULT_PENDING_TIMEOUT
 
-    def resources_text(self) -> dict[str, str]:
-        return {key: getattr(self, key) for key in ("cpu", "cpu_limit", "memory", "memory_limit") if getattr(self, key)}
-
 
 def _bad(key: str, message: str, source: str, hint: str | None = None) -> ContextError:
     return ContextError(message, path=source, field=f"k8s.{key}", hint=hint)

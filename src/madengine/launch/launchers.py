@@ -19,13 +19,16 @@ import shlex
 from typing import Callable, Mapping
 
 from madengine.core.errors import LaunchError
-from madengine.launch.spec import SHELL_WORD, TORCHRUN_FAMILY, DistributedSpec
+from madengine.launch.network import SOCKET_IFNAME_VARS
+from madengine.launch.spec import SHELL_WORD, DistributedSpec
 
 #: per-rank logs go under ``<workspace>/madengine_ranks/node-<rank>`` (also ``MAD_RANK_LOG_DIR``)
 RANK_LOG_FOLDER = "madengine_ranks"
 #: files madengine writes for a launcher (the DeepSpeed hostfile) go under ``<workspace>/madengine_launch``
 LAUNCH_FOLDER = "madengine_launch"
 HOSTFILE = f"{LAUNCH_FOLDER}/hostfile"
+#: DeepSpeed on several nodes: the script that starts this node's workers (see _deepspeed_nodes)
+DEEPSPEED_NODE_SCRIPT = f"{LAUNCH_FOLDER}/deepspeed-node.sh"
 DEFAULT_PORT = 29500
 PRIMUS_DEFAULT_CONFIG = "exp_pretrain.yaml"
 #: the environment every launcher sets (the contract of MAD scripts, plus madengine's own)
@@ -43,7 +46,9 @@ class NodePlacement:
     ``devices``: the GPU indices this node gives the job (empty on a CPU host). ``hosts``: every
     node's address by node rank, when known (DeepSpeed's hostfile and SGLang's node list need it
     on several nodes). ``workspace``: the work folder as the script sees it (``/myworkspace`` in a
-    container); empty means no per-rank log folder and no written files.
+    container); empty means no per-rank log folder and no written files. ``socket_ifname``: the
+    interface this node reaches the rendezvous through, for NCCL and Gloo
+    (:func:`~madengine.launch.network.rendezvous_interface`); empty leaves them to choose.
     """
 
     node_rank: int = 0
@@ -52,6 +57,7 @@ class NodePlacement:
     devices: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
     workspace: str = ""
+    socket_ifname: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,11 +85,6 @@ class NodeLaunch:
         return self.nnodes * self.nproc_per_node
 
     @property
-    def runner_text(self) -> str:
-        """``MAD_MULTI_NODE_RUNNER``'s value: the argv joined by spaces (its words need no quoting)."""
-        return shlex.join(self.runner)
-
-    @property
     def global_ranks(self) -> range:
         """The global ranks of this node's workers (local rank ``i`` is ``global_ranks[i]``)."""
         return range(self.node_rank * self.nproc_per_node, (self.node_rank + 1) * self.nproc_per_node)
@@ -92,11 +93,6 @@ class NodeLaunch:
 def rank_log_subdir(node_rank: int) -> str:
     """The per-rank log folder of node ``node_rank``, relative to the workspace."""
     return f"{RANK_LOG_FOLDER}/node-{node_rank}"
-
-
-def global_rank(node_rank: int, local_rank: int, nproc_per_node: int) -> int:
-    """The global rank of local rank ``local_rank`` on node ``node_rank`` (static rendezvous)."""
-    return node_rank * nproc_per_node + local_rank
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,22 +159,48 @@ def _torchtitan(node: _Node) -> _Plan:
 
 
 def _deepspeed(node: _Node) -> _Plan:
-    spec, place = node.spec, node.place
-    argv = ["deepspeed"]
-    files: dict[str, str] = {}
-    if spec.multi_node:
-        hostfile = spec.hostfile or _hostfile_path(node)
-        if not spec.hostfile:
-            files[HOSTFILE] = "".join(f"{host} slots={node.nproc}\n" for host in place.hosts)
-        # --no_ssh: every node starts its own workers (its executor placed it), none reaches the others by ssh
-        argv += [f"--hostfile={hostfile}", "--no_ssh", f"--node_rank={place.node_rank}",
-                 f"--master_addr={place.master_addr}"]
-    else:
-        argv.append(f"--num_gpus={node.nproc}")
+    if node.spec.multi_node:
+        return _deepspeed_nodes(node)
     # no --enable_each_rank_log: it sends the workers' output to files only, and the run's log would
     # then miss the 'performance:' lines
-    argv.append(f"--master_port={place.master_port}")
-    return argv, {}, files
+    return ["deepspeed", f"--num_gpus={node.nproc}", f"--master_port={node.place.master_port}"], {}, {}
+
+
+#: DeepSpeed on one node of several. Every node starts its own workers (its executor placed it);
+#: none reaches the others by ssh. Releases with --no_ssh do that themselves. Older ones lack it
+#: (their runner would ssh into every host of the hostfile): this node is then started from the
+#: hostfile by DeepSpeed's per-node launcher, with the arguments 'deepspeed --no_ssh' gives it.
+_DEEPSPEED_NODE = """#!/bin/bash
+# madengine: DeepSpeed on node $NODE_RANK of $NNODES, its workers started here (no ssh to the others)
+set -eu
+hostfile=@HOSTFILE@
+if deepspeed --help 2>/dev/null | grep -q -E -e '--no_ssh([^_[:alnum:]]|$)'; then
+  exec deepspeed --hostfile="$hostfile" --no_ssh --node_rank="$NODE_RANK" --master_addr="$MASTER_ADDR" \\
+    --master_port="$MASTER_PORT" "$@"
+fi
+echo "madengine: this DeepSpeed has no --no_ssh: node $NODE_RANK starts from $hostfile with deepspeed.launcher.launch" >&2
+# DeepSpeed's own reading of the hostfile, onto fd 3: what it prints on import goes to the log
+world_info=$(python3 -c 'import os, sys
+from deepspeed.launcher.runner import encode_world_info, fetch_hostfile, parse_inclusion_exclusion
+os.write(3, encode_world_info(parse_inclusion_exclusion(fetch_hostfile(sys.argv[1]), "", "")).encode())' \\
+  "$hostfile" 3>&1 1>&2)
+exec python3 -u -m deepspeed.launcher.launch --world_info="$world_info" --node_rank="$NODE_RANK" \\
+  --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "$@"
+"""
+
+
+def _deepspeed_nodes(node: _Node) -> _Plan:
+    """The same script on every node (a Kubernetes job gives every pod the same files): this node's
+    rank and rendezvous come from the variables every launch sets."""
+    files: dict[str, str] = {}
+    hostfile = node.spec.hostfile or _hostfile_path(node)
+    if not node.spec.hostfile:
+        files[HOSTFILE] = "".join(f"{host} slots={node.nproc}\n" for host in node.place.hosts)
+    if not node.place.workspace:
+        raise LaunchError("deepspeed on several nodes needs a work folder for its launch script",
+                          field="distributed.nnodes", hint="run it through an executor (Slurm, Kubernetes)")
+    files[DEEPSPEED_NODE_SCRIPT] = _DEEPSPEED_NODE.replace("@HOSTFILE@", shlex.quote(hostfile))
+    return ["bash", posixpath.join(node.place.workspace, DEEPSPEED_NODE_SCRIPT)], {}, files
 
 
 def _hostfile_path(node: _Node) -> str:
@@ -215,7 +237,9 @@ def _sglang_disagg(node: _Node) -> _Plan:
            "SGLANG_DISAGG_DECODE_NODES": spec.decode_nodes, "SGLANG_DISAGG_TOTAL_NODES": spec.nnodes,
            "SGLANG_DISAGG_ROLE": disagg_role(spec, place.node_rank),
            "SGLANG_TP_SIZE": spec.tensor_parallel_size or node.nproc, "SGLANG_NODE_RANK": place.node_rank,
-           "SGLANG_NODE_IPS": ",".join(place.hosts)}
+           "SGLANG_NODE_IPS": ",".join(place.hosts),
+           # the names the reference's disaggregation scripts read: x prefill and y decode nodes
+           "xP": spec.prefill_nodes, "yD": spec.decode_nodes}
     return [], env, {}
 
 
@@ -231,8 +255,8 @@ def _primus(node: _Node) -> _Plan:
     env: dict[str, object] = {"PRIMUS_CONFIG_PATH": spec.primus_config_path or PRIMUS_DEFAULT_CONFIG}
     if spec.primus_cli_extra:
         env["PRIMUS_CLI_EXTRA"] = spec.primus_cli_extra
-    if spec.primus_backend:
-        env["PRIMUS_BACKEND"] = spec.primus_backend
+    if spec.primus_backend:  # BACKEND is what Primus's run scripts read
+        env["BACKEND"] = env["PRIMUS_BACKEND"] = spec.primus_backend
     return [], env, {}
 
 
@@ -306,6 +330,8 @@ def node_launch(spec: DistributedSpec, place: NodePlacement) -> NodeLaunch:
         env["MAD_RANK_LOG_DIR"] = rank_logs
     if place.hosts:
         env["MAD_NODE_HOSTS"] = ",".join(place.hosts)
+    if place.socket_ifname:
+        env.update(dict.fromkeys(SOCKET_IFNAME_VARS, place.socket_ifname))
     env.update({name: str(value) for name, value in own_env.items()})
     return NodeLaunch(launcher=spec.launcher, runner=tuple(argv), env=env, files=dict(files), nnodes=spec.nnodes,
                       nproc_per_node=nproc, node_rank=place.node_rank, backend=backend, rank_log_dir=rank_logs,

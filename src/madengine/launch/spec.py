@@ -46,6 +46,12 @@ _SECTIONS = {"deepspeed": ("hostfile",), "sglang_disagg": ("prefill_nodes", "dec
              "primus": ("config_path", "cli_extra", "backend")}
 KNOWN_KEYS = ("launcher", "nnodes", "nproc_per_node", "backend", "master_port", "port", "tensor_parallel_size",
               "pipeline_parallel_size", "context_parallel_size", *_SECTIONS)
+#: Primus's BACKEND by the launcher word a model name starts with after ``primus_pretrain/`` (the
+#: reference's naming: ``primus_pretrain/torchtitan_MI300X_qwen3_4B-pretrain``); MaxText is spelled
+#: as Primus's run scripts expect it
+PRIMUS_NAME_PREFIX = "primus_pretrain/"
+PRIMUS_BACKENDS = {"megatron_bridge": "megatron_bridge", "moe_package": "moe_package", "torchtitan": "torchtitan",
+                   "megatron": "megatron", "maxtext": "MaxText"}
 #: a word a shell splits nowhere and expands nothing in (runner arguments are such words)
 SHELL_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
@@ -243,8 +249,22 @@ def _disagg_split(block: Mapping[str, Any], nnodes: int, source: str, where: str
     return prefill, decode
 
 
-def spec_from_block(block: Mapping[str, Any], *, source: str, where: str = "distributed") -> DistributedSpec:
-    """The :class:`DistributedSpec` of a checked (and merged) block. Raises :class:`LaunchError`."""
+def primus_backend_of(model_name: str) -> str:
+    """Primus's BACKEND as a model's name says it (:data:`PRIMUS_BACKENDS`); '' when it says none.
+    The longest launcher word wins: ``megatron_bridge_...`` is megatron_bridge, not megatron."""
+    if not model_name.startswith(PRIMUS_NAME_PREFIX):
+        return ""
+    rest = model_name[len(PRIMUS_NAME_PREFIX):].lower()
+    for word in sorted(PRIMUS_BACKENDS, key=len, reverse=True):
+        if rest == word or rest.startswith(word + "_"):
+            return PRIMUS_BACKENDS[word]
+    return ""
+
+
+def spec_from_block(block: Mapping[str, Any], *, source: str, where: str = "distributed",
+                    model_name: str = "") -> DistributedSpec:
+    """The :class:`DistributedSpec` of a checked (and merged) block; Primus's backend, when the
+    block names none, from ``model_name`` (:func:`primus_backend_of`). Raises :class:`LaunchError`."""
     launcher = block.get("launcher") or DEFAULT_LAUNCHER
     _check_keys_apply(block, launcher, source, where)
     nnodes = block.get("nnodes") or 1
@@ -260,9 +280,10 @@ def spec_from_block(block: Mapping[str, Any], *, source: str, where: str = "dist
         context_parallel_size=block.get("context_parallel_size"),
         hostfile=deepspeed.get("hostfile") or "", prefill_nodes=prefill, decode_nodes=decode,
         primus_config_path=primus.get("config_path") or "", primus_cli_extra=primus.get("cli_extra") or "",
-        primus_backend=primus.get("backend") or "")
+        primus_backend=primus.get("backend") or (primus_backend_of(model_name) if launcher == "primus" else ""))
 
 
-def parse_distributed(value: Any, *, source: str, where: str = "distributed") -> DistributedSpec:
+def parse_distributed(value: Any, *, source: str, where: str = "distributed", model_name: str = "") -> DistributedSpec:
     """One block as written → its spec (:func:`check_block` then :func:`spec_from_block`)."""
-    return spec_from_block(check_block(value, source=source, where=where), source=source, where=where)
+    return spec_from_block(check_block(value, source=source, where=where), source=source, where=where,
+                           model_name=model_name)

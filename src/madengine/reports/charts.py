@@ -19,11 +19,12 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from madengine.reports.metrics import format_change, format_number, lower_is_better
+from madengine.reports.metrics import format_change, format_number
+from madengine.results.direction import lower_is_better
 from madengine.reports.summary import ModelStats, Summary
 
 if TYPE_CHECKING:
-    from madengine.reports.regressions import Change
+    from madengine.results.series import Change
 
 MAX_CHARTS = 4  # metrics charted (the ones with most SUCCESS rows)
 MAX_BARS = 25

@@ -7,7 +7,7 @@ vendor and architecture, n_gpus, backend); a group's figures are every sample of
 (``perf_samples``, else ``performance``). Matching identities are compared with
 :func:`madengine.stats.compare.compare_samples` (Mann–Whitney U at α 0.05, Hodges–Lehmann ratio
 with a 95 % CI, ``--threshold`` the minimum effect size): ``faster``, ``slower``, ``unchanged`` or
-``inconclusive``, in the metric's direction (:func:`madengine.reports.metrics.lower_is_better`).
+``inconclusive``, in the metric's direction (:func:`madengine.results.direction.lower_is_better`).
 ``new``/``missing``: only the new/old side has figures for that identity.
 
 **Against the history.** When a side has fewer than 3 figures (one run each: the common nightly
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core.errors import InputError, ServiceError
-from madengine.reports.metrics import lower_is_better
+from madengine.results.direction import lower_is_better
 from madengine.reports.table import bulk, load_table
 from madengine.results.columns import Status
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS

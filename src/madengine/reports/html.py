@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.core.errors import InputError
 from madengine.core.redact import redact
 from madengine.reports import charts

@@ -16,7 +16,7 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.core.errors import CredentialError, InputError, ServiceError
 from madengine.core.redact import redact
 from madengine.reports.render import environment, rows_view, summary_cards, write_atomically

@@ -1,10 +1,8 @@
-"""How figures are shown; what a metric name says about its direction (``results.direction``)."""
+"""How figures are shown in reports: numbers, ratios and changes, rounded one way everywhere."""
 
 from __future__ import annotations
 
 import math
-
-from madengine.results.direction import lower_is_better  # noqa: F401 (its home before results held it)
 
 
 def format_number(value: float | None) -> str:

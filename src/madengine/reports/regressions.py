@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from madengine.results.series import TRACE_DIFF, Change, Point, changes_of, series_from_rows  # noqa: F401
+from madengine.results.series import Change, Point, changes_of, series_from_rows
 from madengine.stats.changepoint import MIN_SEGMENT
 
 if TYPE_CHECKING:

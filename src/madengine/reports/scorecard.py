@@ -10,7 +10,7 @@ import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from madengine import __version__
+from madengine.core.version import __version__
 from madengine.core.redact import redact
 from madengine.reports.render import environment, write_atomically
 

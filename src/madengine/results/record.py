@@ -177,7 +177,7 @@ class Provenance:
            context: Mapping[str, Any], machine_name: str = "", trace_id: str = "") -> "Provenance":
         """The provenance of an invocation: the CI build number and pipeline come from the
         environment (``BUILD_NUMBER``, ``pipeline``), as the original madengine recorded them."""
-        from madengine import __version__
+        from madengine.core.version import __version__
 
         return cls(run_id=run_id, executor=executor, command_line=command_line,
                    gpu_vendor=str(context.get("gpu_vendor", "")),

@@ -87,12 +87,6 @@ def _side(run: Point, summary: Summary) -> dict[str, Any]:
             "median": summary.median, "stddev": summary.stddev, "min": summary.minimum, "max": summary.maximum}
 
 
-def points_of(rows: Iterable[Mapping[str, str]], start: int = 0) -> list[Point]:
-    """The points of one identity's rows (SUCCESS rows with figures), in time order; rows are
-    numbered from ``start`` (the order of runs without start times)."""
-    return numbered_points(enumerate(rows, start))
-
-
 def numbered_points(numbered: Iterable[tuple[int, Mapping[str, str]]]) -> list[Point]:
     """The points of one identity's (row number, row) pairs: the number orders runs without start
     times and names runs with neither run id nor start time (``#number+1``)."""

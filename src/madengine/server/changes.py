@@ -3,8 +3,8 @@
 A table an import of this release wrote has its changes already (the alerts of
 :mod:`madengine.database.history_tables`, complete when the import returns). For a table an earlier
 release wrote (the dashboard never writes, so it cannot migrate it), or rows such a release added
-since, the detection is `report regressions`' own (:func:`madengine.reports.regressions.series_from_rows`
-and :func:`~madengine.reports.regressions.changes_of`: one point per run, E-divisive means). It costs
+since, the detection is `report regressions`' own (:func:`madengine.results.series.series_from_rows`
+and :func:`~madengine.results.series.changes_of`: one point per run, E-divisive means). It costs
 milliseconds per identity (about 8 ms for 500 runs), too much to do for thousands of identities in one
 request: a thread goes through them once at start and then again for each identity whose latest row
 changed; until it has been through all of them, views say how far it got and about how long the rest
@@ -18,7 +18,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from madengine.database.dashboard import IdentityEntry, Reader
-from madengine.reports.regressions import Change, changes_of, series_from_rows
+from madengine.results.series import Change, changes_of, series_from_rows
 from madengine.stats.changepoint import MIN_SEGMENT
 
 PAUSE_S = 0.5  #: between two looks at the database when everything is up to date

@@ -31,8 +31,8 @@ from madengine.core.gcpause import collector_paused, settle
 from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
-from madengine.reports.metrics import lower_is_better
-from madengine.reports.regressions import Change, series_from_rows
+from madengine.results.direction import lower_is_better
+from madengine.results.series import Change, series_from_rows
 from madengine.results.columns import Status
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity

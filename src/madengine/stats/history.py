@@ -70,14 +70,6 @@ class Reference:
         """The reference level in the figures' own unit."""
         return math.exp(self.mean) if self.scale == "log" else self.mean
 
-    def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Reference":
-        return cls(int(data["n"]), float(data["mean"]), float(data["stddev"]), str(data["scale"]),
-                   int(data.get("dropped", 0)))
-
 
 @dataclasses.dataclass(frozen=True)
 class HistoryVerdict:

@@ -28,7 +28,6 @@ from typing import Any, Iterable, Mapping, Sequence
 from madengine.core import jsonio
 from madengine.core.errors import InputError
 from madengine.core.redact import redact
-from madengine.tracing.names import TRACE_FILE  # noqa: F401 (re-exported)
 from madengine.tracing.tracer import STATUS_ERROR, STATUS_UNSET, Span, TraceSnapshot
 
 FORMAT = "madengine-trace/1"

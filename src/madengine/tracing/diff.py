@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core.errors import InputError
 from madengine.tracing import chrome
-from madengine.tracing.names import ATTR_BACKEND, ATTR_MODEL, ATTR_TAG_CONFIGS, BENCH_PHASES, PHASES, \
+from madengine.tracing.names import ATTR_BACKEND, ATTR_MODEL, ATTR_TAG_CONFIGS, BENCH_PHASES, PHASES, TRACE_FILE, \
     SPAN_BENCH, SPAN_MODEL, SPAN_MODEL_STEP, SPAN_PARSING, SPAN_RUN, SPAN_SCORECARD
 
 RUN_GROUP = "(run)"
@@ -46,11 +46,11 @@ def resolve_trace(run: str, runs_dir: Path, *, label: str) -> Path:
     if given.is_file():
         return given
     if given.is_dir():
-        if (given / chrome.TRACE_FILE).is_file():
-            return given / chrome.TRACE_FILE
-        raise InputError(f"the run folder has no {chrome.TRACE_FILE} (was it run with --no-trace?)",
+        if (given / TRACE_FILE).is_file():
+            return given / TRACE_FILE
+        raise InputError(f"the run folder has no {TRACE_FILE} (was it run with --no-trace?)",
                          path=f"{label} {run}")
-    by_id = Path(runs_dir) / run / chrome.TRACE_FILE
+    by_id = Path(runs_dir) / run / TRACE_FILE
     if by_id.is_file():
         return by_id
     raise InputError(f"'{run}' is not a trace file, a run folder, or a run id under {runs_dir}", path=label,

@@ -149,7 +149,7 @@ def readable_spans(spans: Sequence[Span], snapshot: TraceSnapshot, settings: Otl
     from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
     from opentelemetry.trace.status import Status, StatusCode
 
-    from madengine import __version__
+    from madengine.core.version import __version__
 
     resource = Resource.create({**{k: _otel_value(v) for k, v in snapshot.resource.items()},
                                 **settings.resource_attributes, "service.name": settings.service_name})

@@ -104,7 +104,7 @@ def versions() -> dict[str, str]:
     import onnxruntime
     import torch
 
-    from madengine import __version__
+    from madengine.core.version import __version__
 
     found = {"madengine": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
              "onnxruntime": onnxruntime.__version__}
@@ -194,6 +194,9 @@ def _export_base(module: Any, example: Example, path: Path, opset: int) -> None:
     except ExportError:
         raise
     except Exception as exc:  # torch raises many types (TorchExportError, ConversionError, ...)
+        import traceback
+
+        traceback.print_exc()  # the whole story into log_export.txt (export() captures it); the row gets one line
         raise ExportError(f"torch.onnx.export failed: {exporter_message(exc)}") from None
     proto.ir_version = onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
     if size > EXTERNAL_DATA_BYTES:

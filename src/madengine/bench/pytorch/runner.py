@@ -40,6 +40,7 @@ from typing import Any, Iterator
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
 from madengine.bench.columns import bench_columns, performance, set_column, set_reported, significant
+from madengine.bench.flags import PROVIDER, SCRIPT_FLAGS, TIMING_FLAGS, args_cell, timing_values
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
@@ -590,21 +591,11 @@ def _args_text(request: ScriptRequest, context: _Context) -> str:
     """The settings that define the measured workload, as one perf.csv ``args`` cell."""
     import shlex
 
-    parts = [f"--provider {engine.short_provider(context.provider)}", f"--warmup {request.warmup}"]
-    if request.iterations is not None:
-        parts.append(f"--iterations {request.iterations}")
-    else:
-        parts.append(f"--min-time {request.min_time if request.min_time is not None else engine.DEFAULT_MIN_TIME:g}")
-    if request.threads is not None:
-        parts.append(f"--threads {request.threads}")
-    parts.append(f"--opset {request.opset}")
-    if request.fp16:
-        parts.append("--fp16")
-    if request.max_depth:
-        parts.append(f"--max-depth {request.max_depth}")
-    if context.script_args:
-        parts.append(f"--script-args {shlex.quote(shlex.join(context.script_args))}")
-    return " ".join(parts)
+    return args_cell((PROVIDER, *TIMING_FLAGS, *SCRIPT_FLAGS), {
+        "provider": engine.short_provider(context.provider),
+        **timing_values(request.warmup, request.iterations, request.min_time, request.threads),
+        "opset": request.opset, "fp16": request.fp16, "max_depth": request.max_depth,
+        "script_args": shlex.join(context.script_args)})
 
 
 def _append(context: _Context, records: list[PerfRecord]) -> None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", summary: "ScorecardSummary",
                 duration: float) -> PerfRecord:
-    from madengine import __version__
+    from madengine.core.version import __version__
     from madengine.bench.backends import get_backend
     from madengine.bench.runner import gpu_architecture
     from madengine.bench.scorecard.cells import PASS, RECORD_STATUS

@@ -5,10 +5,12 @@ record the results in perf.csv. A thin layer over :func:`madengine.bench.run_ben
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
-from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
+from madengine.bench.flags import ITERATIONS, MIN_TIME, ONNX_FLAGS, PRECISION, SCRIPT_FLAGS, SEED, THREADS, WARMUP
+from madengine.cli.flags import add_flags, add_perf_csv_argument, add_trace_arguments, trace_settings
 from madengine.cli.env import CliReporter, Environment
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
@@ -41,35 +43,6 @@ examples:
 """
 
 
-def _count(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {minimum} or more")
-        return value
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    from madengine.core.values import MAX_TIMEOUT, seconds
-
-    value = seconds(text)
-    if not value:  # None (not a finite number up to MAX_TIMEOUT) or 0
-        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds (more than 0, at most {MAX_TIMEOUT})")
-    return value
-
-
-def _assignment(text: str) -> str:
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip() or not value.strip():
-        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=VALUE")
-    return text
-
-
 def _rebuild(text: str) -> str:
     from madengine.bench.pytorch.parsing import parse_rebuild
     from madengine.core.errors import InputError
@@ -91,36 +64,17 @@ def tolerance(text: str) -> float:
     return value
 
 
-def precision_names(text: str) -> list[str]:
-    """--precision P[,P...] (bench and scorecard): the names, checked by the command's core (exit 2
-    naming the valid ones)."""
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("names no precision")
-    return names
-
-
 def add_precision_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """--precision P[,P...] of bench and scorecard (None when not given: f32)."""
-    parser.add_argument("--precision", type=precision_names, metavar="P,...", help=help_text)
-
-
-def _providers(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("names no provider")
-    return names
+    """--precision P[,P...] of bench and scorecard (None when not given: f32): the names, checked by
+    the command's core (exit 2 naming the valid ones)."""
+    add_flags(parser, (dataclasses.replace(PRECISION, help=help_text),))
 
 
 def add_timing_arguments(parser: argparse.ArgumentParser, *, threads_help: str) -> None:
     """--warmup, --iterations | --min-time, --threads, --seed: the harness's timing (bench and scorecard)."""
-    parser.add_argument("--warmup", type=_count(0), default=10, metavar="N", help="un-timed runs first (default 10)")
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument("--iterations", "-n", type=_count(1), metavar="N", help="timed runs: exactly N")
-    length.add_argument("--min-time", type=_seconds, metavar="SECONDS",
-                        help="timed runs: for at least SECONDS and 10 runs (default: 1 second)")
-    parser.add_argument("--threads", type=_count(1), metavar="N", help=threads_help)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the generated inputs (default 0)")
+    add_flags(parser, (WARMUP,))
+    add_flags(parser.add_mutually_exclusive_group(), (ITERATIONS, MIN_TIME))
+    add_flags(parser, (dataclasses.replace(THREADS, help=threads_help), SEED))
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -132,19 +86,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--suite", metavar="FILE",
                         help="model list (YAML or JSON): entries {set, name, version, path, sha256, shapes, $axes, "
                              "providers, batch_size}")
-    parser.add_argument("--provider", type=_providers, action="append", metavar="NAME",
-                        help="execution provider: cpu (default), cuda, tensorrt, rocm, migraphx, openvino, ... "
-                             "(repeat or comma-separate for several)")
-    parser.add_argument("--batch-size", type=_count(1), metavar="N",
-                        help="batch size: fills a dynamic dimension 0; samples/s = inferences/s × N "
-                             "(default: dimension 0 of the first input)")
-    parser.add_argument("--shape", type=_assignment, action="append", default=[], metavar="NAME=D0,D1,...",
-                        help="whole shape of one input (command-line models)")
-    parser.add_argument("--axes", type=_assignment, action="append", default=[], metavar="NAME=N",
-                        help="size of one named dynamic axis (command-line models)")
+    add_flags(parser, ONNX_FLAGS)
     add_timing_arguments(parser, threads_help="intra-op threads (default: onnxruntime's, one per physical core)")
-    add_precision_argument(parser, "what the provider may compute in: f32 (default), tf32 (cuda), fp16 "
-                                   "(tensorrt), or the model's own type; several make one row per precision")
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
@@ -164,19 +107,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_script_arguments(scripts: argparse._ArgumentGroup) -> None:
-    scripts.add_argument("--script-args", default="", metavar="ARGS",
-                         help="the script's arguments, one string split like a shell: --script-args \"--batch 8\"")
-    scripts.add_argument("--max-depth", type=_count(0), default=0, metavar="N",
-                         help="also take sub-modules called down to N levels inside a model (default 0)")
+    add_flags(scripts, SCRIPT_FLAGS)
     stop = scripts.add_mutually_exclusive_group()
     stop.add_argument("--analyze-only", action="store_true", help="print the models found (a tree) and stop")
     stop.add_argument("--build-only", action="store_true", help="stop after exporting and optimising the models")
     scripts.add_argument("--rebuild", type=_rebuild, default="if_needed", metavar="if_needed|always|never",
                          help="cached builds: rebuild when stale (if_needed, default), every time (always), or "
                               "never (a stale build is used, with a warning)")
-    scripts.add_argument("--fp16", action="store_true",
-                         help="convert the ONNX model to float16 (inputs and outputs stay float32)")
-    scripts.add_argument("--opset", type=_count(7), default=18, metavar="N", help="ONNX opset of the export (default 18)")
     scripts.add_argument("--all", dest="all_scripts", action="store_true",
                          help="take every *.py in --search-dir (default: the current folder)")
     scripts.add_argument("--search-dir", metavar="DIR", help="folder of the scripts (for --all and relative names)")

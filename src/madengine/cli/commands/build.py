@@ -55,14 +55,14 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from madengine.cli.env import CliReporter
     from madengine.cli.render import table
     from madengine.distributed import TransportOptions
-    from madengine.execution import BuildOptions
+    from madengine.core.flagtable import option_values
+    from madengine.execution.options import IMAGE_FLAGS, BuildOptions
     from madengine.pipeline import BuildRequest, build
 
     request = BuildRequest(
         tags=tuple(args.tags), context_file=args.additional_context_file, context_string=args.additional_context,
         runs_dir=Path(args.runs_dir), manifest_file=args.manifest_file,
-        build=BuildOptions(no_cache=args.clean_docker_cache, pull=args.pull, rebuild=args.rebuild,
-                           live_output=args.live_output),
+        build=BuildOptions(live_output=args.live_output, **option_values(IMAGE_FLAGS, args)),
         transport=TransportOptions(registry=args.registry, image_archive=args.image_archive,
                                    password=_password(args, env)))
     manifest = build(request, env.host(), CliReporter(env))

@@ -8,105 +8,38 @@ from pathlib import Path
 
 from madengine.cli.commands.discover import add_tags_argument
 from madengine.cli.env import CliReporter, Environment
-from madengine.cli.flags import add_perf_csv_argument, add_trace_arguments, trace_settings
+from madengine.cli.flags import add_flags, add_perf_csv_argument, add_trace_arguments, argparse_type
 from madengine.cli.perf_html import write_html
 from madengine.core.errors import ExitStatus, InputError
-from madengine.core.values import MAX_TIMEOUT
+from madengine.core.flagtable import option_values, timeout, whole
 from madengine.cli.commands import SUMMARIES
+from madengine.distributed.options import TRANSPORT_FLAGS
+from madengine.execution.options import (CONTEXT_FLAGS, IMAGE_FLAGS, LIVE_OUTPUT, NO_HTML, REPEAT, RUN_FLAGS,
+                                         RUN_OPTION_FLAGS, TIMEOUT, WARMUP_RUNS)
 
 
-def _timeout(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number of seconds") from None
-    if value < -1 or value > MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"must be -1 (model/default), 0 (never) or 1 to {MAX_TIMEOUT} seconds")
-    return value
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"'{text}' is not true/false")
+#: ``k8s render --timeout`` reads the run's timeout
+_timeout = argparse_type(timeout)
+_positive = argparse_type(whole(1))
 
 
 def add_context_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--additional-context", "-c", default=None, metavar="DICT",
-                        help="context overrides as JSON or a Python dict literal, e.g. \"{'gpu_vendor': 'AMD'}\"")
-    parser.add_argument("--additional-context-file", "-f", default=None, metavar="FILE",
-                        help="context overrides from a JSON file (applied before --additional-context)")
+    add_flags(parser, CONTEXT_FLAGS)
 
 
 def add_image_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--clean-docker-cache", action="store_true", help="rebuild images without the build cache")
-    parser.add_argument("--rebuild", action="store_true",
-                        help="build images even when an image of the same build inputs exists (skipped by default)")
-    parser.add_argument("--pull", action="store_true", help="pull base images even when present locally")
+    add_flags(parser, IMAGE_FLAGS)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_tags_argument(parser)
-    parser.add_argument("--repeat", type=_positive, default=None, metavar="N",
-                        help="run each model's script N times in the same container (default: the model's 'repeat', "
-                             "else 1); performance is the median, with n, mean, stddev, CV, min, max and a 95%% CI")
-    parser.add_argument("--warmup-runs", type=_count, default=0, metavar="K",
-                        help="run each model's script K times first and discard those runs (default 0)")
-    parser.add_argument("--timeout", type=_timeout, default=-1, metavar="SECONDS",
-                        help="limit for each model script: -1 = the model's 'timeout' or 7200 s (default), 0 = never")
-    parser.add_argument("--live-output", "-l", action="store_true", help="stream model and build output to stderr")
-    add_image_arguments(parser)
-    add_context_arguments(parser)
-    parser.add_argument("--generate-sys-env-details", "--sys-env-details", nargs="?", const=True, default=False,
-                        type=_bool,
-                        metavar="BOOL", help="collect host and container environment details into the run's artifacts")
-    parser.add_argument("--keep-alive", action="store_true", help="keep containers (and work folders) after the run")
-    parser.add_argument("--keep-model-dir", action="store_true", help="keep each model's work folder after the run")
-    parser.add_argument("--skip-model-run", action="store_true", help="build images only; rows are SKIPPED")
-    parser.add_argument("--disable-skip-gpu-arch", action="store_true", help="run models despite their skip_gpu_arch")
+    add_flags(parser, (REPEAT, WARMUP_RUNS, TIMEOUT, LIVE_OUTPUT, *IMAGE_FLAGS, *CONTEXT_FLAGS, *RUN_FLAGS))
     add_perf_csv_argument(parser, "-o", "--output")
-    parser.add_argument("--executor", choices=("auto", "docker", "local", "slurm", "k8s"), default="auto",
-                        help="where models run: docker (default when an engine answers), local, slurm, or k8s (a "
-                             "Kubernetes job per model; the context's 'k8s' block says where and how)")
-    parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
-                        help="folder for per-run logs and artifacts (default: madengine_runs)")
-    parser.add_argument("--data-config-file-name", default="data.json", metavar="FILE", help="data provider config")
-    parser.add_argument("--tools-json-file-name", "--tools-config", default=None, metavar="FILE",
-                        help="tools config (default: tools.json of the model repository)")
-    parser.add_argument("--force-mirror-local", default=None, metavar="DIR",
-                        help="mirror every non-local data provider's data into DIR and reuse it")
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
 
 
 def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("build/run split, Slurm and parallel scheduling")
-    group.add_argument("--manifest-file", "-m", default=None, metavar="JSON",
-                       help="run exactly the images of a build manifest (from 'madengine build') without rebuilding")
-    group.add_argument("--registry", default=None, metavar="HOST[/NS]", help="registry to pull manifest images from")
-    group.add_argument("--image-archive", default=None, metavar="DIR",
-                       help="folder of 'docker save' archives to load manifest images from")
+    add_flags(group, TRANSPORT_FLAGS)
     group.add_argument("--parallel", type=_positive, default=1, metavar="N",
                        help="run up to N models at once on disjoint GPUs/CPUs (default 1)")
     group.add_argument("--partition", default=None, help="Slurm partition")
@@ -126,7 +59,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                "result to perf.csv. Exit 1 when any model failed.")
     add_run_arguments(parser)
     add_distributed_arguments(parser)
-    parser.add_argument("--no-html", action="store_true", help="do not write perf.html beside perf.csv")
+    add_flags(parser, (NO_HTML,))
     parser.add_argument("--db-url", default=None, metavar="URL",
                         help="also record each row into this results database as it lands (default: MADENGINE_DB_URL "
                              "when set); perf.csv stays the primary record and a database that is down is a warning")
@@ -171,15 +104,8 @@ def check_flags_apply(args: argparse.Namespace) -> None:
 def run_options(args: argparse.Namespace):
     from madengine.execution import RunOptions
 
-    return RunOptions(
-        tags=tuple(args.tags), timeout=None if args.timeout == -1 else args.timeout, live_output=args.live_output,
-        context_file=args.additional_context_file, context_string=args.additional_context,
-        generate_sys_env_details=args.generate_sys_env_details, keep_alive=args.keep_alive,
-        keep_model_dir=args.keep_model_dir, skip_model_run=args.skip_model_run,
-        disable_skip_gpu_arch=args.disable_skip_gpu_arch, output=Path(args.perf_csv), executor=args.executor,
-        data_config_file_name=args.data_config_file_name, tools_json_file_name=args.tools_json_file_name,
-        force_mirror_local=args.force_mirror_local, runs_dir=Path(args.runs_dir), repeat=args.repeat,
-        warmup_runs=args.warmup_runs, db_url=getattr(args, "db_url", None), **trace_settings(args))
+    return RunOptions(tags=tuple(args.tags), output=Path(args.perf_csv), db_url=getattr(args, "db_url", None),
+                      **option_values(RUN_OPTION_FLAGS, args))
 
 
 def run_request(args: argparse.Namespace):
@@ -191,10 +117,8 @@ def run_request(args: argparse.Namespace):
     check_flags_apply(args)
     return RunRequest(
         run=run_options(args),
-        build=BuildOptions(no_cache=args.clean_docker_cache, pull=args.pull, rebuild=args.rebuild,
-                           live_output=args.live_output),
-        transport=TransportOptions(manifest_file=args.manifest_file, registry=args.registry,
-                                   image_archive=args.image_archive),
+        build=BuildOptions(live_output=args.live_output, **option_values(IMAGE_FLAGS, args)),
+        transport=TransportOptions(**option_values(TRANSPORT_FLAGS, args)),
         parallel=ParallelOptions(workers=args.parallel),
         slurm=SlurmOptions(partition=args.partition, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            time=args.time, slurm_args=args.slurm_args, no_wait=args.no_wait, dry_run=args.dry_run))
