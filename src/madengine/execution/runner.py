@@ -51,7 +51,7 @@ from madengine.results.identity import tag_configs_text
 from madengine.results.spans import describe_span
 from madengine.results.samples import SAMPLES_FILE, write_samples_file
 from madengine.tracing import NULL_SPAN, NULL_TRACER, names
-from madengine.results.verdict import exit_reason, model_records, read_table
+from madengine.results.verdict import exit_reason, model_records, read_table, step_reason
 
 ENV_DETAILS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sys_env_details.sh"
 
@@ -474,8 +474,7 @@ class ModelRunner:
         if result.exit_code != 0:
             if step.is_model:
                 return exit_reason(result.exit_code, result.output, which=which, cause=result.cause)
-            return f"{result.cause} (exit code {result.exit_code})" if result.cause else \
-                f"{step.name} failed with exit code {result.exit_code}"
+            return step_reason(step.name, result.exit_code, result.cause)
         return ""
 
     def _table(self, spec: RunSpec, last: bool) -> "list[dict[str, str]] | str":

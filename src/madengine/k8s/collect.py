@@ -12,22 +12,32 @@ node can take, the job's deadline, or the model's exit code and its last words
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
-from pathlib import Path
-from typing import Any, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping, Sequence
 
 from madengine.catalog import Model
+from madengine.core.errors import MadEngineError
+from madengine.core.spec import RunSpec
 from madengine.k8s.pods import JobState, PodState
 from madengine.k8s.render import JobPlan
 from madengine.results import PerfRecord, RecordFactory, Status
 from madengine.results.aggregate import JobShape, aggregate_logs
-from madengine.results.verdict import exit_reason, model_records, precision_columns, read_table, reported_precision
+from madengine.results.verdict import (exit_reason, model_records, precision_columns, read_table, reported_precision,
+                                       step_reason)
 
 #: how much of a log's end a failure's last words are looked for in
 _TAIL = 1 << 16
 _TABLE = re.compile(r"^=== madengine: multiple_results begin\n(.*?)^=== madengine: multiple_results end$",
                     re.MULTILINE | re.DOTALL)
+#: a step around the model step that failed (the entry script's line)
+_STEP_FAILED = re.compile(r"^=== madengine: step (.+) failed with exit code (\d+)$", re.MULTILINE)
+#: a tool's output file, base64, between the entry script's lines
+_OUTPUT = re.compile(r"^=== madengine: output (.+) begin\n(.*?)^=== madengine: output end$", re.MULTILINE | re.DOTALL)
+_FIELDS = frozenset(PerfRecord.__dataclass_fields__) - {"extra"}
 
 
 def read_tail(path: Path | None, size: int | None = _TAIL) -> str:
@@ -65,6 +75,9 @@ def failure_reason(plan: JobPlan, state: JobState, pods: Mapping[int, PodState],
     for pod in sorted(pods.values(), key=lambda p: p.rank):
         if pod.phase == "Failed" and pod.exit_code not in (None, 0):
             output = read_tail(logs.get(pod.rank))
+            step = _STEP_FAILED.findall(output)
+            if step:  # a step around the model step: a tool, a pre/post script
+                return f"{_who(pod, multi)}: {step_reason(step[0][0], int(step[0][1]))}"
             if multi:
                 return f"{_who(pod, multi)}: {exit_reason(pod.exit_code, output)}"
             return exit_reason(pod.exit_code, output, where=pod.where())
@@ -110,14 +123,64 @@ def table_of(log: Path | None, folder: Path, name: str) -> Path:
     return path
 
 
+def outputs_of(log: Path | None, folder: Path) -> list[Path]:
+    """The tools' outputs a pod printed into its log (base64), written into ``folder`` by name."""
+    written = []
+    for match in _OUTPUT.finditer(read_tail(log, None)):
+        name = PurePosixPath(match.group(1)).name
+        try:
+            content = base64.b64decode("".join(match.group(2).split()), validate=True)
+        except (binascii.Error, ValueError):
+            continue  # cut short (a pod killed while printing it): the copy on the results volume stays
+        if name not in ("", ".", ".."):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(content)
+            written.append(folder / name)
+    return written
+
+
+def summarised(plan: JobPlan, model: Model, folder: Path) -> dict[str, Any]:
+    """The tools' summaries of the outputs in ``folder``: their row values (standard columns, and
+    the others under ``extra``), as a docker run's finalizers give them."""
+    spec = RunSpec(key=plan.name, model=model, workdir=folder, log_path=folder / "run.log", artifacts_dir=folder,
+                   env={}, steps=[])
+    values: dict[str, Any] = {"extra": {}}
+    for finalize in plan.finalizers:
+        try:
+            produced = finalize(spec) or {}
+        except MadEngineError as exc:
+            produced = {"finalize_error": str(exc)}
+        for key, value in produced.items():
+            if key in _FIELDS:
+                values[key] = value
+            else:
+                values["extra"][key] = value
+    return values
+
+
 def job_records(factory: RecordFactory, model: Model, plan: JobPlan, state: JobState, pods: Mapping[int, PodState],
                 logs: Mapping[int, Path], *, folder: Path, timeout: int | None, verdict: str = "",
-                duration: float | None = None) -> list[PerfRecord]:
+                duration: float | None = None, notes: Sequence[str] = ()) -> list[PerfRecord]:
     """The rows of one ended job (one, or one per result of a ``multiple_results`` model);
-    ``duration``: its containers' time (``test_duration``), when known."""
+    ``duration``: its containers' time (``test_duration``), when known; ``notes``: warnings of the
+    job (a pod Kubernetes stopped and made again)."""
     values = job_columns(plan, pods, logs)
     if duration is not None:
         values["test_duration"] = round(duration, 3)
+    values["artifacts"] = [*values["artifacts"], *map(str, outputs_of(logs.get(0), folder / "outputs"))]
+    if plan.finalizers:
+        summary = summarised(plan, model, folder / "outputs")
+        values["extra"].update(summary.pop("extra"))
+        values.update(summary)
+    records = _records(factory, model, plan, state, pods, logs, folder, timeout, verdict, values)
+    for record in records:
+        record.add_warnings(list(notes))
+    return records
+
+
+def _records(factory: RecordFactory, model: Model, plan: JobPlan, state: JobState, pods: Mapping[int, PodState],
+             logs: Mapping[int, Path], folder: Path, timeout: int | None, verdict: str,
+             values: dict[str, Any]) -> list[PerfRecord]:
     if verdict or state.failed:
         return [factory.failure(model, failure_reason(plan, state, pods, logs, timeout, verdict), **values)]
     if plan.distributed:
@@ -133,4 +196,4 @@ def job_records(factory: RecordFactory, model: Model, plan: JobPlan, state: JobS
     return model_records(factory, model, [read_tail(logs.get(0), None)], values, tables=tables)
 
 
-__all__ = ["failure_reason", "job_columns", "job_records", "read_tail", "table_of"]
+__all__ = ["failure_reason", "job_columns", "job_records", "outputs_of", "read_tail", "summarised", "table_of"]

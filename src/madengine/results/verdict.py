@@ -59,6 +59,11 @@ def exit_reason(exit_code: int, output: str, *, which: str = "", where: str = ""
     return f"{head}: {said}" if said else head
 
 
+def step_reason(name: str, exit_code: int, cause: str = "") -> str:
+    """Why a step around the model step (a tool's or a pre/post script) failed."""
+    return f"{cause} (exit code {exit_code})" if cause else f"{name} failed with exit code {exit_code}"
+
+
 def reported_precision(output: str) -> str:
     """The precision the model said it ran at (its last ``training_precision: <name>`` line), or ''."""
     found = _PRECISION_LINE.findall(output or "")
@@ -168,4 +173,4 @@ def _by_result_name(tables: Sequence[Sequence[Mapping[str, str]]]) -> dict[str, 
 
 
 __all__ = ["NO_FIGURE", "exit_reason", "last_meaningful_line", "model_records", "precision_columns", "read_table",
-           "reported_precision"]
+           "reported_precision", "step_reason"]
