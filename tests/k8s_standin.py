@@ -644,9 +644,11 @@ class StandIn:
             elif "persistentVolumeClaim" in volume:
                 folder = self.folder / "pvc" / volume["persistentVolumeClaim"]["claimName"]
                 folder.mkdir(parents=True, exist_ok=True)
+                os.chmod(folder, 0o777)  # a volume any user of the pod writes (as with fsGroup)
             else:
                 folder = root / f"dir-{mount['name']}"
                 folder.mkdir(parents=True, exist_ok=True)
+                os.chmod(folder, 0o777)  # the kubelet makes emptyDirs world-writable
             binds.append(f"{folder}:{mount['mountPath']}{read_only}")
         return binds, shm
 

@@ -23,20 +23,21 @@ from madengine.catalog import Model
 from madengine.core.errors import MadEngineError
 from madengine.core.spec import RunSpec
 from madengine.k8s.pods import JobState, PodState
-from madengine.k8s.render import JobPlan
+from madengine.k8s.render import ENTRY_FAILURE, JobPlan
 from madengine.results import PerfRecord, RecordFactory, Status
 from madengine.results.aggregate import JobShape, aggregate_logs
-from madengine.results.verdict import (exit_reason, model_records, precision_columns, read_table, reported_precision,
-                                       step_reason)
+from madengine.results.verdict import (exit_reason, last_meaningful_line, model_records, precision_columns,
+                                       read_table, reported_precision, step_reason)
 
 #: how much of a log's end a failure's last words are looked for in
 _TAIL = 1 << 16
 _TABLE = re.compile(r"^=== madengine: multiple_results begin\n(.*?)^=== madengine: multiple_results end$",
                     re.MULTILINE | re.DOTALL)
 #: a step around the model step that failed (the entry script's line)
-_STEP_FAILED = re.compile(r"^=== madengine: step (.+) failed with exit code (\d+)$", re.MULTILINE)
+_STEP_FAILED = re.compile(r"^=== madengine: step ([^\n]+) failed with exit code (\d+)$", re.MULTILINE)
 #: a tool's output file, base64, between the entry script's lines
-_OUTPUT = re.compile(r"^=== madengine: output (.+) begin\n(.*?)^=== madengine: output end$", re.MULTILINE | re.DOTALL)
+_OUTPUT = re.compile(r"^=== madengine: output ([^\n]+) begin\n(.*?)^=== madengine: output end$",
+                     re.MULTILINE | re.DOTALL)
 _FIELDS = frozenset(PerfRecord.__dataclass_fields__) - {"extra"}
 
 
@@ -78,6 +79,10 @@ def failure_reason(plan: JobPlan, state: JobState, pods: Mapping[int, PodState],
             step = _STEP_FAILED.findall(output)
             if step:  # a step around the model step: a tool, a pre/post script
                 return f"{_who(pod, multi)}: {step_reason(step[0][0], int(step[0][1]))}"
+            if pod.exit_code == ENTRY_FAILURE and "=== madengine: pod " not in output:
+                said = last_meaningful_line(output)
+                return f"{_who(pod, multi)}: madengine's entry script could not prepare the run (exit code " \
+                       f"{ENTRY_FAILURE})" + (f": {said}" if said else "")
             if multi:
                 return f"{_who(pod, multi)}: {exit_reason(pod.exit_code, output)}"
             return exit_reason(pod.exit_code, output, where=pod.where())

@@ -157,6 +157,7 @@ class K8sSession:
             self._finish(run, JobState(finished=True, failed=True), verdict=f"not submitted: {exc}")
             return
         self._phase(run, "pending")
+        self._check(run)  # a queue (Kueue) may hold it: "queued", its timeout not running yet
 
     # -- watch ---------------------------------------------------------------------------------
     def active(self) -> list[JobRun]:
