@@ -191,3 +191,15 @@ def test_k8s_blocks_do_not_leak_into_other_executors_and_help_loads_no_client(cl
             "main(['k8s', 'rbac'], Environment(stdout=io.StringIO(), stderr=io.StringIO()));"
             "print('kubernetes' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_without_the_kubernetes_client_a_run_says_which_extra_to_install(k8s_repo, cli, monkeypatch):
+    """The client hidden (as on an install without the k8s extra): exit 2, one line, nothing sent or written."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes → ImportError
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c",
+                 json.dumps({"k8s": {"kubeconfig": "kubeconfig", "image_pull_policy": "Never"}}))
+    assert result.code == 2 and len(result.stderr.strip().splitlines()) == 1, result
+    assert "pip install 'madengine[k8s]'" in result.stderr and "Traceback" not in result.stderr
+    assert not (k8s_repo / "perf.csv").exists()
