@@ -183,18 +183,25 @@ def _gpu_resource(value: Any, source: str) -> str:
     return text
 
 
-def _node_selector(value: Any, source: str) -> dict[str, str]:
+def _label_map(key: str, value: Any, source: str, *, annotations: bool = False) -> dict[str, str]:
+    """An object of label key → label value (``annotations``: → any text); madengine's own keys
+    are not a user's to set (``labels``, ``annotations``)."""
+    kind = "annotation" if annotations else "label"
     if not isinstance(value, Mapping):
-        raise _bad("node_selector", f"must be an object of label: value, got {brief(value)}", source)
-    out = {}
-    for label, text in value.items():
-        if not is_qualified_name(label):
-            raise _bad("node_selector", f"{brief(label)} is not a label key", source)
-        if not isinstance(text, str) or not is_label_value(text):
-            raise _bad(f"node_selector.{label}", f"{brief(text)} is not a label value (at most 63 letters, "
-                                                 "digits, '-', '_', '.')", source)
-        out[str(label)] = text
-    return out
+        raise _bad(key, f"must be an object of {kind} key: {'text' if annotations else 'value'}, got {brief(value)}",
+                   source)
+    for name, text in value.items():
+        if not is_qualified_name(name):
+            raise _bad(key, f"{brief(name)} is not a {kind} key", source)
+        if key != "node_selector" and str(name).startswith(RESERVED_LABEL_PREFIXES):
+            raise _bad(f"{key}.{name}", f"is madengine's own {kind}", source,
+                       hint="choose another key (a Kueue queue is k8s.queue_name)")
+        if not isinstance(text, str) or not (annotations or is_label_value(text)):
+            raise _bad(f"{key}.{name}", f"{brief(text)} is not a {'string' if annotations else 'label value'}" +
+                       ("" if annotations else " (at most 63 letters, digits, '-', '_', '.')"), source)
+    if annotations and sum(len(k.encode()) + len(v.encode()) for k, v in value.items()) > ANNOTATIONS_LIMIT:
+        raise _bad(key, f"hold more than {ANNOTATIONS_LIMIT} bytes (the API server's limit)", source)
+    return {str(name): text for name, text in value.items()}
 
 
 def _toleration(index: int, value: Any, source: str) -> dict[str, Any]:
@@ -284,34 +291,6 @@ def _affinity(value: Any, source: str) -> dict[str, Any]:
             from None
 
 
-def _labels(value: Any, source: str) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise _bad("labels", f"must be an object of label: value, got {brief(value)}", source)
-    for key, text in value.items():
-        if not is_qualified_name(key):
-            raise _bad("labels", f"{brief(key)} is not a label key", source)
-        if str(key).startswith(RESERVED_LABEL_PREFIXES):
-            raise _bad(f"labels.{key}", "is madengine's own label", source,
-                       hint="choose another key (a Kueue queue is k8s.queue_name)")
-        if not isinstance(text, str) or not is_label_value(text):
-            raise _bad(f"labels.{key}", f"{brief(text)} is not a label value (at most 63 letters, digits, '-', '_', "
-                                        "'.')", source)
-    return dict(value)
-
-
-def _annotations(value: Any, source: str) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        raise _bad("annotations", f"must be an object of key: text, got {brief(value)}", source)
-    for key, text in value.items():
-        if not is_qualified_name(key):
-            raise _bad("annotations", f"{brief(key)} is not an annotation key", source)
-        if not isinstance(text, str):
-            raise _bad(f"annotations.{key}", f"must be a string, got {brief(text)}", source)
-    if sum(len(k.encode()) + len(v.encode()) for k, v in value.items()) > ANNOTATIONS_LIMIT:
-        raise _bad("annotations", f"hold more than {ANNOTATIONS_LIMIT} bytes (the API server's limit)", source)
-    return dict(value)
-
-
 def _queue(value: Any, source: str) -> str:
     text = _text("queue_name", value, source)
     if not text or not is_label_value(text):
@@ -361,15 +340,15 @@ _READERS = {
     "rdma_resource": lambda v, s: _resource_name("rdma_resource", v, s),
     "device_resources": _devices,
     "shm_size": lambda v, s: "" if v in (None, "") else _quantity("shm_size", v, s),
-    "node_selector": _node_selector,
+    "node_selector": lambda v, s: _label_map("node_selector", v, s),
     "tolerations": lambda v, s: tuple(_toleration(i, t, s) for i, t in enumerate(_list("tolerations", v, s))),
     "affinity": _affinity,
     "one_pod_per_node": lambda v, s: _flag("one_pod_per_node", v, s),
     "priority_class_name": lambda v, s: _name("priority_class_name", v, s),
     "scheduler_name": lambda v, s: _name("scheduler_name", v, s),
     "queue_name": _queue,
-    "labels": _labels,
-    "annotations": _annotations,
+    "labels": lambda v, s: _label_map("labels", v, s),
+    "annotations": lambda v, s: _label_map("annotations", v, s, annotations=True),
     "data_pvc": lambda v, s: _name("data_pvc", v, s), "results_pvc": lambda v, s: _name("results_pvc", v, s),
     "ttl_seconds_after_finished": lambda v, s: _optional_count("ttl_seconds_after_finished", v, s, MAX_TIMEOUT),
     "backoff_limit": lambda v, s: _count("backoff_limit", v, s, 0, MAX_BACKOFF),
