@@ -423,9 +423,9 @@ def test_the_pod_entry_forwards_sigterm_in_docker_and_kills_a_model_that_ignores
     (files / "files" / "trap.sh").write_text(
         "trap 'echo model trap ran; echo saved > results.csv; exit 0' TERM\necho started\n"
         "while true; do sleep 1; done\n")
-    (files / "files" / "deaf.sh").write_text(
-        "echo started\nexec python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "open(\"results.csv\", \"w\").write(\"early\\n\"); time.sleep(600)'\n")
+    (files / "files" / "deaf.sh").write_text(  # says "started" once SIGTERM is ignored
+        "exec python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "open(\"results.csv\", \"w\").write(\"early\\n\"); print(\"started\", flush=True); time.sleep(600)'\n")
     (files / "files.list").write_text("trap.sh\ndeaf.sh\n")
     results = tmp_path / "results"
     results.mkdir()
