@@ -522,3 +522,39 @@ def test_failure_and_success_policies_and_the_entry_variables(cli, tmp_path, exa
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["MAD_SYSTEM_GPU_ARCHITECTURE"] == "gfx942" and "MAD_SYSTEM_GPU_PRODUCT_NAME" not in env
     assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+
+
+_DOCKER_WORDS = st.sampled_from(["--shm-size", "8G", "--cap-add", "SYS_PTRACE", "ALL", "--ipc", "host", "--network",
+                                 "bridge", "--device", "/dev/kfd", "/dev/fuse", "--gpus", "all", "-e", "A=1",
+                                 "--security-opt", "seccomp=unconfined", "--group-add", "44", "video", "-u", "1000:10",
+                                 "-m", "4g", "--cpus", "2.5", "--tmpfs", "/t:size=1m", "--read-only", "--init",
+                                 "--privileged", "-v", "/a:/b", "--ulimit", "nofile=1", "'", "\"", "x", "-1"])
+
+
+@given(words=st.lists(st.one_of(_DOCKER_WORDS, _TEXT), max_size=8), gpu=st.sampled_from(["", "amd.com/gpu"]))
+def test_any_docker_run_options_map_onto_a_pod_or_are_one_input_error(words, gpu):
+    """A model's options text, whatever it is: the pod's options, or an InputError naming the field."""
+    from types import SimpleNamespace
+
+    from madengine.core.errors import InputError
+    from madengine.k8s.runopts import PodOptions, pod_options
+
+    model = SimpleNamespace(name="m", source="models.json", additional_docker_run_options=" ".join(words))
+    try:
+        options = pod_options(model, K8sSettings(), gpu)
+    except InputError as exc:
+        assert "m.additional_docker_run_options" in str(exc) and "\n" not in str(exc)
+        return
+    assert isinstance(options, PodOptions)
+
+
+@pytest.mark.parametrize("name,secret", [
+    ("HF_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True), ("WANDB_API_KEY", True), ("APIKEY", True),
+    ("DB_PASSWORD", True), ("HFTOKEN", True), ("GOOGLE_APPLICATION_CREDENTIALS", True), ("ssh-key", True),
+    ("MONKEY_COUNT", False), ("KEYBOARD_LAYOUT", False), ("MAD_MODEL_NAME", False), ("NCCL_IB_HCA", False),
+    ("TOKENIZERS_PARALLELISM", False),
+])
+def test_which_variable_names_look_secret(name, secret):
+    from madengine.core.redact import looks_secret
+
+    assert looks_secret(name) is secret

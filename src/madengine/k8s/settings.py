@@ -54,6 +54,10 @@ _HINT = 'e.g. {"k8s": {"namespace": "ml-perf", "gpu_resource_name": "amd.com/gpu
 class K8sSettings:
     """The checked ``k8s`` block (see docs/distributed.md, "Kubernetes")."""
 
+    @property
+    def guaranteed(self) -> bool:
+        return self.qos == "Guaranteed"
+
     #: the kubeconfig file ('' → ``$KUBECONFIG``, else ``~/.kube/config``, else in-cluster) and its context
     kubeconfig: str = ""
     context: str = ""
@@ -120,10 +124,6 @@ class K8sSettings:
 
     def resources_text(self) -> dict[str, str]:
         return {key: getattr(self, key) for key in ("cpu", "cpu_limit", "memory", "memory_limit") if getattr(self, key)}
-
-    @property
-    def guaranteed(self) -> bool:
-        return self.qos == "Guaranteed"
 
 
 def _bad(key: str, message: str, source: str, hint: str | None = None) -> ContextError:
