@@ -157,7 +157,10 @@ class K8sSession:
             self._finish(run, JobState(finished=True, failed=True), verdict=f"not submitted: {exc}")
             return
         self._phase(run, "pending")
-        self._check(run)  # a queue (Kueue) may hold it: "queued", its timeout not running yet
+        try:
+            self._check(run)  # a queue (Kueue) may hold it: "queued", its timeout not running yet
+        except ServiceError:
+            pass  # the watch checks it again
 
     # -- watch ---------------------------------------------------------------------------------
     def active(self) -> list[JobRun]:
