@@ -209,12 +209,7 @@ class K8sSession:
         if run is None or run.done:
             return run
         run.pods[pod.name] = pod
-        if pod.has_log and pod.name not in run.taps:
-            live = (lambda line, key=f"{run.model.tagged_name}/{pod.rank}": self.reporter.output(key, line)) \
-                if self.live_output else None
-            tap = LogTap(self.api, self.namespace, pod.name, self.run_dir / run.folder_name / f"{pod.name}.log", live)
-            run.taps[pod.name] = tap
-            tap.start()
+        self._tap(run, pod)
         if pod.blocked():
             run.blocked_since.setdefault(pod.name, self.clock())
         else:
@@ -222,6 +217,15 @@ class K8sSession:
         if any(p.phase == "Running" for p in run.pods.values()):
             self._phase(run, "running")
         return run
+
+    def _tap(self, run: JobRun, pod: PodState) -> None:
+        """Follow the log of a pod whose container started (once)."""
+        if pod.has_log and pod.name not in run.taps:
+            live = (lambda line, key=f"{run.model.tagged_name}/{pod.rank}": self.reporter.output(key, line)) \
+                if self.live_output else None
+            tap = LogTap(self.api, self.namespace, pod.name, self.run_dir / run.folder_name / f"{pod.name}.log", live)
+            run.taps[pod.name] = tap
+            tap.start()
 
     def _check(self, run: JobRun) -> None:
         """End the job when its controller says so, or when madengine must stop it."""
@@ -324,6 +328,9 @@ class K8sSession:
         runs = self.active()
         for run in runs:
             run.done = True
+            self._refresh(run)  # pods the watch has not shown yet: their logs are followed while they stop
+            for pod in list(run.pods.values()):
+                self._tap(run, pod)
         for run in runs:
             self.reporter.message(f"madengine: deleting k8s job {self.namespace}/{run.plan.name} ({reason})")
             for _ in range(3):
