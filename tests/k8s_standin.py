@@ -11,19 +11,39 @@ least of a cluster, done for real:
   by label selector (newline-delimited JSON events, ``resourceVersion`` and ``timeoutSeconds``),
   pod logs (``follow`` streams until the container ends); every request is recorded;
 * a **job controller**: a Job's pods (one per index of an Indexed Job, host name ``<job>-<index>``
-  and the index annotation), ``backoffLimit``, ``activeDeadlineSeconds``, ``Complete``/``Failed``
-  conditions;
-* a **scheduler** of one node: a pod whose requests exceed the node's allocatable (GPUs, memory)
-  or whose node selector does not match stays Pending with ``PodScheduled=False, Unschedulable``
-  and the scheduler's message;
+  and the index annotation), none while the Job is ``suspend``ed; ``backoffLimit``,
+  ``backoffLimitPerIndex``/``maxFailedIndexes``, the ``podFailurePolicy`` (rules in order:
+  ``onPodConditions``, ``onExitCodes``; ``Ignore``, ``FailJob``, ``FailIndex``, ``Count``), a pod
+  replaced only once it has failed (``podReplacementPolicy: Failed``), ``successPolicy``
+  (``succeededIndexes``: its other pods are stopped, ``SuccessCriteriaMet`` then ``Complete``),
+  ``activeDeadlineSeconds`` (counted from the Job's start or resumption), ``Complete``/``Failed``
+  conditions, set once the Job's pods have stopped;
+* **Kueue** (``kueue_admit_after``): a Job labelled ``kueue.x-k8s.io/queue-name`` is created
+  suspended (Kueue's webhook) and admitted (resumed) that many seconds later;
+* a **scheduler** of ``nodes`` nodes (each with ``allocatable`` and ``node_labels``): a pod goes to
+  the first node whose labels match its node selector and required node affinity, whose
+  allocatable holds each of its requests, and that runs no pod its required pod anti-affinity
+  (over ``kubernetes.io/hostname``) excludes; none: it stays Pending with ``PodScheduled=False,
+  Unschedulable`` and the scheduler's message (each node's reasons counted, sorted). Requests of
+  the pods already there are not subtracted;
 * a **kubelet** on Docker: the image must be in the engine (nothing can be pulled here: a missing
   image is ``ErrImagePull`` then ``ImagePullBackOff``; with ``Never`` it is ``ErrImageNeverPull``);
   the container gets the pod's command and args and environment after the kubelet's ``$(VAR)``
-  expansion (downward API fields, ``secretKeyRef``), the ConfigMap volume's items as read-only
-  files, emptyDirs, ``/dev/shm`` of a memory emptyDir, PVCs as host folders, the memory limit (so
-  OOMKilled is the kernel's), dropped capabilities and no-new-privileges; pods whose subdomain is a
-  headless Service's get ``<host>.<service>.<namespace>.svc.cluster.local`` on a Docker network,
-  which is what cluster DNS gives them.
+  expansion (downward API fields, ``secretKeyRef``, ``envFrom``), the ConfigMap volume's items as
+  read-only files, emptyDirs, ``/dev/shm`` of a memory emptyDir, PVCs as host folders, the memory
+  limit (so OOMKilled is the kernel's), dropped and added capabilities, no-new-privileges,
+  ``runAsUser``/``runAsGroup``/``supplementalGroups``, ``runAsNonRoot`` (refused for an image
+  that runs as root: ``CreateContainerConfigError``), a read-only root file system, seccomp
+  unconfined; pods whose subdomain is a headless Service's get
+  ``<host>.<service>.<namespace>.svc.cluster.local`` on a Docker network, which is what cluster
+  DNS gives them. It **stops a pod as the kubelet does**: SIGTERM to the container, SIGKILL after
+  the pod's ``terminationGracePeriodSeconds`` (default 30), the pod kept (its log readable) until
+  it has stopped; a deleted pod is removed then;
+* **disruptions**: the Eviction API (``POST pods/<name>/eviction``, or :meth:`StandIn.evict`)
+  marks the pod ``DisruptionTarget`` (``EvictionByEvictionAPI``) and stops it the same way.
+
+Not modelled: host namespaces (``hostNetwork``/``hostIPC`` pods run on the stand-in's network),
+AppArmor, node accounting of requests, preemption.
 
 Nothing here pretends a pod ran: a pod's log is its container's, its exit code the process's.
 """
@@ -48,9 +68,11 @@ from urllib.parse import parse_qs, urlsplit
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 _PATH = re.compile(r"^/(?:api/v1|apis/batch/v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<kind>[a-z]+)"
-                   r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log))?$")
+                   r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>log|eviction))?$")
 _KINDS = {"configmaps": "ConfigMap", "secrets": "Secret", "services": "Service", "jobs": "Job", "pods": "Pod",
           "nodes": "Node"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+HOSTNAME = "kubernetes.io/hostname"
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _DECIMAL = {"m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
@@ -94,6 +116,23 @@ def expand(text: str, env: dict[str, str]) -> str:
     return "".join(out)
 
 
+def _node_affinity(spec: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a node's labels satisfy the pod's required node affinity (any of its terms)."""
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    if not required:
+        return True
+
+    def holds(requirement: dict[str, Any]) -> bool:
+        key, operator, values = requirement["key"], requirement["operator"], requirement.get("values") or []
+        return {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
+                "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels,
+                "Gt": lambda: key in labels and int(labels[key]) > int(values[0]),
+                "Lt": lambda: key in labels and int(labels[key]) < int(values[0])}[operator]()
+
+    return any(all(holds(r) for r in term.get("matchExpressions") or []) for term in required)
+
+
 class Gone(Exception):
     pass
 
@@ -102,15 +141,19 @@ class StandIn:
     """The stand-in cluster (``start()`` it; ``close()`` removes every container it made)."""
 
     def __init__(self, docker_client: Any, *, allocatable: dict[str, str] | None = None,
-                 node_labels: dict[str, str] | None = None, nodes_forbidden: bool = False,
-                 pull_backoff_after: float = 0.5, refuse: dict[tuple[str, str], tuple[int, str]] | None = None) -> None:
+                 node_labels: dict[str, str] | None = None, nodes: int = 1, nodes_forbidden: bool = False,
+                 pull_backoff_after: float = 0.5, refuse: dict[tuple[str, str], tuple[int, str]] | None = None,
+                 kueue_admit_after: float | None = None) -> None:
         self.docker = docker_client
         self.id = uuid.uuid4().hex[:8]
         self.node = "standin-node"
-        self.allocatable = {"cpu": "2", "memory": "16Gi", "pods": "110", **(allocatable or {})}
-        self.node_labels = {"kubernetes.io/hostname": self.node, **(node_labels or {})}
+        self.node_names = [self.node] + [f"standin-node-{i}" for i in range(1, nodes)]
+        #: a GPU node's (requests are checked against it; nothing is accounted)
+        self.allocatable = {"cpu": "64", "memory": "512Gi", "pods": "110", **(allocatable or {})}
+        self.node_labels = {node: {HOSTNAME: node, **(node_labels or {})} for node in self.node_names}
         self.nodes_forbidden = nodes_forbidden
         self.pull_backoff_after = pull_backoff_after
+        self.kueue_admit_after = kueue_admit_after
         #: (method, kind) → (HTTP status, message): what an admission policy or RBAC would refuse
         self.refuse = dict(refuse or {})
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, ns, name) → object
@@ -120,6 +163,7 @@ class StandIn:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.containers: dict[str, Any] = {}  # pod name → container
+        self.waiters: dict[str, threading.Thread] = {}  # pod name → the thread that records its end
         self.folder = Path(tempfile.mkdtemp(prefix=f"k8s-standin-{self.id}-"))
         self.network = None
         self.server: http.server.ThreadingHTTPServer | None = None
@@ -234,12 +278,27 @@ class StandIn:
                 return 409, _status(409, "AlreadyExists", f'{kind.lower()}s "{name}" already exists')
             obj = copy.deepcopy(body)
             obj["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=now())
+            queued = kind == "Job" and self.kueue_admit_after is not None and \
+                QUEUE_LABEL in (obj["metadata"].get("labels") or {})
             if kind == "Job":
                 obj["status"] = {}
+                if queued:  # Kueue's webhook: the Job waits in its queue
+                    obj["spec"]["suspend"] = True
             stored = self.put(obj, "ADDED")
         if kind == "Job":
             threading.Thread(target=self._run_job, args=(ns, name), daemon=True).start()
+            if queued:
+                threading.Thread(target=self._admit, args=(ns, name), daemon=True).start()
         return 201, stored
+
+    def _admit(self, ns: str, name: str) -> None:
+        """Kueue admits the Job once its queue has quota: it is resumed."""
+        time.sleep(self.kueue_admit_after or 0)
+        with self.lock:
+            job = self.objects.get(("Job", ns, name))
+            if job is not None:
+                job["spec"]["suspend"] = False
+                self.put(job)
 
     def replace(self, kind: str, ns: str, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self.lock:
@@ -261,9 +320,11 @@ class StandIn:
         current = self.get(kind, ns, name)
         if current is None:
             return 404, _status(404, "NotFound", f'{kind.lower()}s "{name}" not found')
+        if kind == "Pod":  # stopped with its grace period, then removed
+            self.update_pod(ns, name, lambda p: p["metadata"].update(deletionTimestamp=now()))
+            threading.Thread(target=self._delete_pod, args=(ns, name), daemon=True).start()
+            return 200, self.get(kind, ns, name) or {}
         if kind != "Job":
-            if kind == "Pod":
-                self._kill_pod(ns, name)
             self.drop(kind, ns, name)
             return 200, _status(200, "Success", "deleted")
         policy = (body or {}).get("propagationPolicy", "Background")
@@ -276,15 +337,27 @@ class StandIn:
         threading.Thread(target=self._delete_job, args=(ns, name, policy), daemon=True).start()
         return 200, self.get(kind, ns, name) or {}
 
+    def _delete_pod(self, ns: str, name: str) -> None:
+        self._terminate(ns, name)
+        self.drop("Pod", ns, name)
+        self._remove(self.containers.pop(name, None))
+
     def _delete_job(self, ns: str, name: str, policy: str) -> None:
         if policy == "Background":
             self.drop("Job", ns, name)
         if policy != "Orphan":
-            for pod in self.pods(**{"job-name": name}):
-                if pod["metadata"]["namespace"] == ns:
-                    self._kill_pod(ns, pod["metadata"]["name"])
-                    self.drop("Pod", ns, pod["metadata"]["name"])
+            stopping = [threading.Thread(target=self._delete_pod, args=(ns, pod["metadata"]["name"]), daemon=True)
+                        for pod in self.pods(**{"job-name": name}) if pod["metadata"]["namespace"] == ns]
+            for thread in stopping:
+                thread.start()
+            for thread in stopping:
+                thread.join()
         self.drop("Job", ns, name)
+
+    def evict(self, ns: str, name: str, reason: str = "EvictionByEvictionAPI") -> None:
+        """A disruption (the Eviction API, a preemption, a drain): the pod is marked
+        ``DisruptionTarget`` and stopped with its grace period (in the background)."""
+        threading.Thread(target=self._terminate, args=(ns, name, reason), daemon=True).start()
 
     # -- the job controller --------------------------------------------------------------------------
     def _run_job(self, ns: str, name: str) -> None:
@@ -292,15 +365,24 @@ class StandIn:
         spec = job["spec"]
         completions = int(spec.get("completions") or 1)
         indexed = spec.get("completionMode") == "Indexed"
-        failures, succeeded = 0, set()
-        started = time.monotonic()
+        per_index = spec.get("backoffLimitPerIndex")
+        failures, succeeded, failed_indexes = 0, set(), set()
+        index_failures: dict[int, int] = {}
+        started: float | None = None
         running: dict[int, str] = {}
-        for index in range(completions):
-            running[index] = self._make_pod(job, index, indexed)
         while not self.closed:
             job = self.get("Job", ns, name)
             if job is None or job["metadata"].get("deletionTimestamp"):
                 return
+            if job["spec"].get("suspend"):
+                started = None  # the deadline counts from the Job's resumption
+                time.sleep(0.1)
+                continue
+            if started is None:
+                started = time.monotonic()
+                for index in range(completions):
+                    if index not in succeeded and index not in failed_indexes and index not in running:
+                        running[index] = self._make_pod(job, index, indexed)
             deadline = spec.get("activeDeadlineSeconds")
             if deadline and time.monotonic() - started > deadline:
                 self._end_job(ns, name, running, "Failed", "DeadlineExceeded", "Job was active longer than "
@@ -312,30 +394,97 @@ class StandIn:
                 if phase == "Succeeded":
                     succeeded.add(index)
                     del running[index]
-                elif phase == "Failed":
-                    failures += 1
+                elif phase == "Failed" or pod is None:
                     del running[index]
-                    if failures > int(spec.get("backoffLimit", 6)):
-                        self._end_job(ns, name, running, "Failed", "BackoffLimitExceeded",
-                                      "Job has reached the specified backoff limit")
+                    action, message = self._policy_action(spec, pod or {}, index)
+                    if action == "FailJob":
+                        self._end_job(ns, name, running, "Failed", "PodFailurePolicy", message)
                         return
+                    if action != "Ignore":
+                        failures += 1
+                        index_failures[index] = index_failures.get(index, 0) + 1
+                        if action == "FailIndex" or (per_index is not None and index_failures[index] > per_index):
+                            failed_indexes.add(index)
+                            if len(failed_indexes) > int(spec.get("maxFailedIndexes", completions)):
+                                self._end_job(ns, name, running, "Failed", "MaxFailedIndexesExceeded",
+                                              "Job has exceeded the specified maximal number of failed indexes")
+                                return
+                            continue
+                        if failures > int(spec.get("backoffLimit", 6)) and per_index is None:
+                            self._end_job(ns, name, running, "Failed", "BackoffLimitExceeded",
+                                          "Job has reached the specified backoff limit")
+                            return
                     running[index] = self._make_pod(self.get("Job", ns, name), index, indexed)
-            if len(succeeded) == completions:
-                self._end_job(ns, name, running, "Complete", "", "")
+            if self._success_policy_met(spec, succeeded):
+                self._end_job(ns, name, running, "Complete", "SuccessPolicy", "Matched rules at index 0",
+                              success=True)
+                return
+            if len(succeeded | failed_indexes) == completions:
+                if failed_indexes:
+                    self._end_job(ns, name, running, "Failed", "FailedIndexes", "Job has failed indexes")
+                else:
+                    self._end_job(ns, name, running, "Complete", "", "")
                 return
             time.sleep(0.1)
 
-    def _end_job(self, ns: str, name: str, running: dict[int, str], kind: str, reason: str, message: str) -> None:
-        for pod_name in running.values():  # a failed job's other pods are stopped
-            self._kill_pod(ns, pod_name, phase="Failed")
+    @staticmethod
+    def _policy_action(spec: dict[str, Any], pod: dict[str, Any], index: int) -> tuple[str, str]:
+        """The first rule of the Job's podFailurePolicy a failed pod matches: (action, message)."""
+        status = pod.get("status") or {}
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        terminated = ((status.get("containerStatuses") or [{}])[0].get("state") or {}).get("terminated") or {}
+        code = terminated.get("exitCode")
+        for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
+            on_conditions = rule.get("onPodConditions") or []
+            if any(conditions.get(c["type"]) == c.get("status", "True") for c in on_conditions):
+                return rule["action"], f"Pod {pod['metadata']['name']} has condition matching {rule['action']} rule"
+            codes = rule.get("onExitCodes")
+            if codes and code is not None and code != 0 and \
+                    (code in codes["values"]) == (codes["operator"] == "In"):
+                return rule["action"], (f"Container {codes.get('containerName', 'model')} for pod "
+                                        f"{pod['metadata']['namespace']}/{pod['metadata']['name']} failed with exit "
+                                        f"code {code} matching {rule['action']} rule at index {index}")
+        return "Count", ""
+
+    @staticmethod
+    def _success_policy_met(spec: dict[str, Any], succeeded: set[int]) -> bool:
+        for rule in (spec.get("successPolicy") or {}).get("rules") or []:
+            wanted = set()
+            for part in str(rule.get("succeededIndexes", "")).split(","):
+                low, _, high = part.partition("-")
+                if low:
+                    wanted |= set(range(int(low), int(high or low) + 1))
+            if wanted and wanted <= succeeded:
+                return True
+        return False
+
+    def _end_job(self, ns: str, name: str, running: dict[int, str], kind: str, reason: str, message: str,
+                 success: bool = False) -> None:
+        """The Job's end: its remaining pods stopped (their grace period), then its condition."""
+        if success:
+            self._set_conditions(ns, name, [("SuccessCriteriaMet", reason, message)])
+        elif kind == "Failed":
+            self._set_conditions(ns, name, [("FailureTarget", reason, message)])
+        stopping = [threading.Thread(target=self._terminate, args=(ns, pod_name), daemon=True)
+                    for pod_name in running.values()]
+        for thread in stopping:
+            thread.start()
+        for thread in stopping:
+            thread.join()
+        self._set_conditions(ns, name, [(kind, reason, message)], final=True)
+
+    def _set_conditions(self, ns: str, name: str, conditions: list[tuple[str, str, str]], final: bool = False) -> None:
         with self.lock:
             job = self.objects.get(("Job", ns, name))
             if job is None:
                 return
             status = job.setdefault("status", {})
-            status["conditions"] = [{"type": kind, "status": "True", "reason": reason, "message": message,
-                                     "lastTransitionTime": now()}]
-            status["completionTime" if kind == "Complete" else "failedTime"] = now()
+            status["conditions"] = [c for c in status.get("conditions") or [] if c["type"] not in
+                                    {kind for kind, _, _ in conditions}] + \
+                [{"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now()}
+                 for kind, reason, message in conditions]
+            if final:
+                status["completionTime" if conditions[0][0] == "Complete" else "failedTime"] = now()
             self.put(job)
 
     def _make_pod(self, job: dict[str, Any], index: int, indexed: bool) -> str:
@@ -360,16 +509,48 @@ class StandIn:
         return name
 
     # -- the scheduler and the kubelet ----------------------------------------------------------------
-    def _unschedulable(self, spec: dict[str, Any]) -> str:
-        for key, value in (spec.get("nodeSelector") or {}).items():
-            if self.node_labels.get(key) != value:
-                return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+    def _why_not(self, node: str, pod: dict[str, Any]) -> list[str]:
+        """Why ``node`` cannot take ``pod`` (the scheduler's words), [] when it can."""
+        spec, labels = pod["spec"], self.node_labels[node]
+        if any(labels.get(key) != value for key, value in (spec.get("nodeSelector") or {}).items()) or \
+                not _node_affinity(spec, labels):
+            return ["node(s) didn't match Pod's node affinity/selector"]
         requests = (spec["containers"][0].get("resources") or {}).get("requests") or {}
-        for key, value in requests.items():
-            if quantity(value) > quantity(self.allocatable.get(key, "0")):
-                return f"0/1 nodes are available: 1 Insufficient {key}. preemption: 0/1 nodes are available: 1 " \
-                       "No preemption victims found for incoming pod."
-        return ""
+        short = [f"Insufficient {key}" for key, value in requests.items()
+                 if quantity(value) > quantity(self.allocatable.get(key, "0"))]
+        if short:
+            return short
+        for term in ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution") or []:
+            match = (term.get("labelSelector") or {}).get("matchLabels") or {}
+            if term.get("topologyKey") == HOSTNAME and any(
+                    other["spec"].get("nodeName") == node and other["metadata"]["name"] != pod["metadata"]["name"]
+                    and other["status"].get("phase") not in ("Succeeded", "Failed")
+                    and all(other["metadata"]["labels"].get(k) == v for k, v in match.items())
+                    for (kind, _, _), other in self.objects.items() if kind == "Pod"):
+                return ["node(s) didn't match pod anti-affinity rules"]
+        return []
+
+    def _schedule(self, ns: str, name: str) -> str:
+        """Bind the pod to the first node that can take it: '' then, else the scheduler's message."""
+        with self.lock:
+            pod = self.objects.get(("Pod", ns, name))
+            if pod is None:
+                raise Gone(name)
+            reasons: dict[str, int] = {}
+            for node in self.node_names:
+                why = self._why_not(node, pod)
+                if not why:
+                    pod["spec"]["nodeName"] = node
+                    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+                    self.put(pod)
+                    return ""
+                for reason in why:
+                    reasons[reason] = reasons.get(reason, 0) + 1
+        total = len(self.node_names)
+        said = ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items()))
+        return f"0/{total} nodes are available: {said}. preemption: 0/{total} nodes are available: {total} No " \
+               "preemption victims found for incoming pod."
 
     def _set_waiting(self, ns: str, name: str, reason: str, message: str) -> None:
         def change(pod: dict[str, Any]) -> None:
@@ -380,16 +561,12 @@ class StandIn:
 
     def _kubelet(self, ns: str, name: str) -> None:
         try:
-            pod = self.get("Pod", ns, name)
-            spec = pod["spec"]
-            refusal = self._unschedulable(spec)
+            refusal = self._schedule(ns, name)
             if refusal:
                 self.update_pod(ns, name, lambda p: p["status"].update(conditions=[{
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": refusal}]))
                 return
-            self.update_pod(ns, name, lambda p: (p["spec"].update(nodeName=self.node), p["status"].update(
-                conditions=[{"type": "PodScheduled", "status": "True"}])))
-            container = spec["containers"][0]
+            container = self.get("Pod", ns, name)["spec"]["containers"][0]
             if not self._image_present(container["image"]):
                 self._cannot_pull(ns, name, container)
                 return
@@ -421,6 +598,12 @@ class StandIn:
         """The container's environment as the kubelet builds it (in order, ``$(VAR)`` expanded)."""
         meta, spec = pod["metadata"], pod["spec"]
         env: dict[str, str] = {}
+        for source in spec["containers"][0].get("envFrom") or []:  # first: env wins over it
+            ref = source["secretRef"]
+            secret = self.get("Secret", meta["namespace"], ref["name"])
+            if secret is None:
+                raise RuntimeError(f'secret "{ref["name"]}" not found')
+            env.update({k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()})
         for item in spec["containers"][0].get("env") or []:
             if "value" in item:
                 env[item["name"]] = expand(item["value"], env)
@@ -461,9 +644,11 @@ class StandIn:
             elif "persistentVolumeClaim" in volume:
                 folder = self.folder / "pvc" / volume["persistentVolumeClaim"]["claimName"]
                 folder.mkdir(parents=True, exist_ok=True)
+                os.chmod(folder, 0o777)  # a volume any user of the pod writes (as with fsGroup)
             else:
                 folder = root / f"dir-{mount['name']}"
                 folder.mkdir(parents=True, exist_ok=True)
+                os.chmod(folder, 0o777)  # the kubelet makes emptyDirs world-writable
             binds.append(f"{folder}:{mount['mountPath']}{read_only}")
         return binds, shm
 
@@ -480,6 +665,18 @@ class StandIn:
             path.write_bytes(data[item["key"]])
             os.chmod(path, source.get("defaultMode", 0o644))
 
+    def _user(self, pod: dict[str, Any], image: str) -> tuple[str | None, str]:
+        """(the docker user of the pod's security context, the kubelet's refusal or '')."""
+        security = pod["spec"].get("securityContext") or {}
+        user, group = security.get("runAsUser"), security.get("runAsGroup")
+        if security.get("runAsNonRoot") and user is None:
+            configured = str((self.docker.images.get(image).attrs.get("Config") or {}).get("User") or "")
+            if configured.split(":")[0] in ("", "0", "root"):
+                return None, "container has runAsNonRoot and image will run as root"
+        if user is None and group is None:
+            return None, ""
+        return f"{user if user is not None else 0}{f':{group}' if group is not None else ''}", ""
+
     def _start(self, ns: str, name: str) -> None:
         pod = self.get("Pod", ns, name)
         spec, container = pod["spec"], pod["spec"]["containers"][0]
@@ -489,8 +686,13 @@ class StandIn:
         except RuntimeError as exc:
             self._set_waiting(ns, name, "CreateContainerConfigError", str(exc))
             return
+        user, refusal = self._user(pod, container["image"])
+        if refusal:
+            self._set_waiting(ns, name, "CreateContainerConfigError", refusal)
+            return
         limits = (container.get("resources") or {}).get("limits") or {}
         security = container.get("securityContext") or {}
+        capabilities = security.get("capabilities") or {}
         hostname = spec.get("hostname") or name
         aliases = []
         service = self.get("Service", ns, spec.get("subdomain", "")) if spec.get("subdomain") else None
@@ -498,14 +700,20 @@ class StandIn:
                 selects(",".join(f"{k}={v}" for k, v in service["spec"].get("selector", {}).items()),
                         pod["metadata"]["labels"]):
             aliases = [f"{hostname}.{spec['subdomain']}.{ns}.svc.cluster.local", f"{hostname}.{spec['subdomain']}"]
+        security_opt = (["no-new-privileges"] if security.get("allowPrivilegeEscalation") is False else []) + \
+            (["seccomp=unconfined"] if (security.get("seccompProfile") or {}).get("type") == "Unconfined" else [])
         options: dict[str, Any] = dict(
             image=container["image"], entrypoint=[expand(a, env) for a in container.get("command") or []] or None,
             command=[expand(a, env) for a in container.get("args") or []], environment=env, hostname=hostname,
             working_dir=container.get("workingDir"), volumes=binds, detach=True,
             name=f"k8s-standin-{self.id}-{name}", labels={"k8s-standin": self.id, "madengine-test": "k8s-standin"},
-            cap_drop=["ALL"] if "ALL" in (security.get("capabilities") or {}).get("drop", []) else None,
-            security_opt=["no-new-privileges"] if security.get("allowPrivilegeEscalation") is False else None,
-            privileged=bool(security.get("privileged")), network=self.network.name)
+            cap_drop=["ALL"] if "ALL" in capabilities.get("drop", []) else None,
+            cap_add=list(capabilities.get("add") or []) or None, security_opt=security_opt or None,
+            privileged=bool(security.get("privileged")), network=self.network.name,
+            read_only=bool(security.get("readOnlyRootFilesystem")),
+            group_add=[str(g) for g in (spec.get("securityContext") or {}).get("supplementalGroups") or []] or None)
+        if user is not None:
+            options["user"] = user
         if shm:
             options["shm_size"] = shm
         if "memory" in limits:
@@ -527,7 +735,9 @@ class StandIn:
                                                  "image": container["image"], "containerID": f"docker://{created.id}",
                                                  "state": {"running": {"startedAt": started}}}]
         self.update_pod(ns, name, running)
-        threading.Thread(target=self._wait, args=(ns, name, created, started), daemon=True).start()
+        waiter = threading.Thread(target=self._wait, args=(ns, name, created, started), daemon=True)
+        self.waiters[name] = waiter
+        waiter.start()
 
     def _wait(self, ns: str, name: str, container: Any, started: str) -> None:
         try:
@@ -549,16 +759,36 @@ class StandIn:
         except Gone:
             pass
 
-    def _kill_pod(self, ns: str, name: str, phase: str | None = None) -> None:
-        container = self.containers.pop(name, None)
+    def _terminate(self, ns: str, name: str, disruption: str = "") -> None:
+        """Stop a pod as the kubelet does: SIGTERM, SIGKILL after its grace period; its end recorded
+        (a pod that never started ends Failed). ``disruption``: the reason of its DisruptionTarget."""
+        pod = self.get("Pod", ns, name)
+        if pod is None:
+            return
+        if disruption:
+            self.update_pod(ns, name, lambda p: p["status"].setdefault("conditions", []).append({
+                "type": "DisruptionTarget", "status": "True", "reason": disruption,
+                "message": "Eviction API: evicting", "lastTransitionTime": now()}))
+        grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+        container = self.containers.get(name)
         if container is not None:
-            self._remove(container)
-        if phase is not None:
             try:
-                self.update_pod(ns, name, lambda p: p["status"].update(phase=phase)
-                                if p["status"].get("phase") not in ("Succeeded", "Failed") else None)
-            except Gone:
-                pass
+                container.kill(signal="SIGTERM")
+                container.wait(timeout=grace)
+            except Exception:  # still running after its grace period (or already gone)
+                try:
+                    container.kill(signal="SIGKILL")
+                    container.wait(timeout=30)
+                except Exception:
+                    pass
+        waiter = self.waiters.get(name)
+        if waiter is not None:
+            waiter.join(30)
+        try:
+            self.update_pod(ns, name, lambda p: p["status"].update(phase="Failed")
+                            if p["status"].get("phase") not in ("Succeeded", "Failed") else None)
+        except Gone:
+            pass
 
     # -- logs ------------------------------------------------------------------------------------
     def log(self, ns: str, name: str) -> Any:
@@ -659,13 +889,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 self._send(403, _status(403, "Forbidden", 'nodes is forbidden: User "tester" cannot list resource '
                                                           '"nodes" at the cluster scope'))
                 return
-            node = {"metadata": {"name": cluster.node, "labels": cluster.node_labels},
-                    "status": {"allocatable": cluster.allocatable, "capacity": cluster.allocatable}}
-            items = [node] if selects(query.get("labelSelector", ""), node["metadata"]["labels"]) else []
+            nodes = [{"metadata": {"name": node, "labels": cluster.node_labels[node]},
+                      "status": {"allocatable": cluster.allocatable, "capacity": cluster.allocatable}}
+                     for node in cluster.node_names]
+            items = [node for node in nodes if selects(query.get("labelSelector", ""), node["metadata"]["labels"])]
             self._send(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items})
             return
         if sub == "log":
             self._log(ns, name, query)
+            return
+        if sub == "eviction" and method == "POST":
+            if cluster.get("Pod", ns, name) is None:
+                self._send(404, _status(404, "NotFound", f'pods "{name}" not found'))
+                return
+            cluster.evict(ns, name)
+            self._send(201, _status(201, "Success", "evicted"))
             return
         if method == "GET" and name is None:
             if query.get("watch", "").lower() == "true":

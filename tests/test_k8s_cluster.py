@@ -273,15 +273,16 @@ def torch_repo(tmp_path, monkeypatch, docker_cleanup, pyt_wheels):
 
 
 @pytest.mark.slow
-def test_a_two_node_torchrun_job_is_one_row_equal_to_the_slurm_paths_for_the_same_logs(standin, torch_repo, tmp_path,
-                                                                                        cli):
-    """Two pods (an Indexed Job) meet at pod 0's DNS name through the headless Service and run 4
-    gloo ranks; each pod's log has its node's figure; the row is what the Slurm path's merge
+def test_a_two_node_torchrun_job_is_one_row_equal_to_the_slurm_paths_for_the_same_logs(standin_factory, torch_repo,
+                                                                                        tmp_path, cli):
+    """Two pods (an Indexed Job, on two nodes) meet at pod 0's DNS name through the headless Service
+    and run 4 gloo ranks; each pod's log has its node's figure; the row is what the Slurm path's merge
     (results.aggregate.job_rows of the rows its nodes would write from those logs) records."""
     from madengine.results.aggregate import JOB_COLUMNS, JobShape, job_rows
     from madengine.results.parsing import parse_performance
 
     repo = torch_repo
+    standin = standin_factory(nodes=2)  # one pod per node
     ctx = json.loads(context(standin, tmp_path))
     ctx["distributed"] = {"nnodes": 2}
     result = cli("run", "--tags", "tr_ddp", "--executor", "k8s", "-c", json.dumps(ctx))
@@ -361,3 +362,217 @@ def test_a_pod_that_ended_between_two_events_has_its_whole_log_read(standin, k8s
     text = (tmp_path / "pod.log").read_text()
     assert "arg: [******]" in text and "performance: 123.5 samples_per_second" in text
     assert text.endswith("=== madengine: the model step ended with exit code 0\n")
+
+
+# -- a cluster's way of stopping, failing and succeeding ---------------------------------------------
+def _pod_saying(standin: StandIn, text: bytes, seconds: float = 120) -> str:
+    """The name of the first pod whose container has printed ``text``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for name, container in list(standin.containers.items()):
+            try:
+                if text in container.logs():
+                    return name
+            except Exception:
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no pod printed {text!r}")
+
+
+def test_a_stop_gives_the_model_its_grace_period_its_trap_runs_and_its_results_are_kept(standin, k8s_repo, tmp_path):
+    """SIGTERM to madengine deletes the Job; the stand-in stops its pod as the kubelet does
+    (SIGTERM, SIGKILL only after terminationGracePeriodSeconds); the entry script forwards the
+    signal to the model, whose trap saves its partial results, and copies them to the results
+    volume and into the log before the pod ends."""
+    process = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "trap", "--executor", "k8s", "-c",
+                                context(standin, tmp_path, results_pvc="perf-results", stop_grace=20)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        _pod_saying(standin, b"trap: started")
+        job = standin.seen("POST", "Job")[0]["body"]
+        assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 50  # 20 for the model, 30 to copy
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143, err
+    row = rows(k8s_repo)["k8s_trap"]
+    assert (row["status"], row["reason"]) == ("FAILURE", "interrupted by SIGTERM")
+    log = Path(row["artifacts"].split(",")[0]).read_text()
+    assert "=== madengine: SIGTERM received: stopping the step (20 s to end)" in log
+    assert "trap ran: partial results saved" in log and "the model step ended with exit code 0" in log
+    assert "partial,42.5,samples_per_second" in log and "did not end within" not in log
+    kept = list((standin.folder / "pvc" / "perf-results").rglob("results.csv"))
+    assert len(kept) == 1 and "partial,42.5" in kept[0].read_text()
+    assert_nothing_left(standin)
+
+
+def test_the_pod_entry_forwards_sigterm_in_docker_and_kills_a_model_that_ignores_it_after_its_grace(
+        docker_client, tmp_path):
+    """The entry script alone, as the kubelet runs it: ``docker stop`` sends SIGTERM and waits 60 s
+    before SIGKILL. The model's trap runs and the container ends 143 (not 137: nothing was
+    SIGKILLed by the engine); a model that ignores SIGTERM is killed by the entry after
+    MAD_STOP_GRACE, and the results are still copied."""
+    from madengine.k8s.render import ENTRY_SCRIPT
+
+    files = tmp_path / "madengine"
+    (files / "files").mkdir(parents=True)
+    (files / "entry.sh").write_text(ENTRY_SCRIPT.read_text())
+    (files / "files" / "trap.sh").write_text(
+        "trap 'echo model trap ran; echo saved > results.csv; exit 0' TERM\necho started\n"
+        "while true; do sleep 1; done\n")
+    (files / "files" / "deaf.sh").write_text(  # says "started" once SIGTERM is ignored
+        "exec python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "open(\"results.csv\", \"w\").write(\"early\\n\"); print(\"started\", flush=True); time.sleep(600)'\n")
+    (files / "files.list").write_text("trap.sh\ndeaf.sh\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    os.chmod(results, 0o777)
+    for path in files.rglob("*"):
+        os.chmod(path, 0o755)
+    for script, said in (("trap.sh", "model trap ran"), ("deaf.sh", "the step did not end within 2 s: killed")):
+        container = docker_client.containers.run(
+            "madengine-base:bookworm", ["sh", "/madengine/entry.sh", "bash", script], detach=True,
+            environment={"MAD_STOP_GRACE": "2", "MAD_OUTPUT_CSV": "results.csv", "MAD_RUN_ID": "r",
+                         "MAD_POD_NAME": script.split(".")[0]},
+            volumes={str(files): {"bind": "/madengine", "mode": "ro"}, str(results): {"bind": "/results",
+                                                                                      "mode": "rw"}},
+            labels={"madengine-test": "k8s-entry"})
+        try:
+            deadline = time.monotonic() + 60
+            while b"started" not in container.logs() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            container.stop(timeout=60)
+            container.reload()
+            log = container.logs().decode()
+            assert container.attrs["State"]["ExitCode"] == 143, log
+            assert said in log and "=== madengine: multiple_results begin" in log, log
+            assert (results / "r" / script.split(".")[0] / "results.csv").is_file()
+        finally:
+            container.remove(force=True)
+
+
+def test_a_disruption_is_not_a_model_failure_its_pod_is_made_again(standin, k8s_repo, cli, tmp_path):
+    """An eviction (the Eviction API) marks the pod DisruptionTarget and stops it; the Job's
+    podFailurePolicy ignores it and makes the pod again, which measures: a SUCCESS row with a note."""
+    import threading
+    import urllib.request
+
+    evicted: list[str] = []
+
+    def evict() -> None:
+        name = _pod_saying(standin, b"first attempt: waiting")
+        request = urllib.request.Request(f"{standin.url}/api/v1/namespaces/default/pods/{name}/eviction",
+                                         method="POST", data=json.dumps({
+                                             "apiVersion": "policy/v1", "kind": "Eviction",
+                                             "metadata": {"name": name, "namespace": "default"}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(request).close()
+        evicted.append(name)
+
+    thread = threading.Thread(target=evict, daemon=True)
+    thread.start()
+    result = cli("run", "--tags", "evictable", "--executor", "k8s", "-c",
+                 context(standin, tmp_path, results_pvc="shared", stop_grace=5))
+    thread.join(10)
+    assert result.code == 0, result
+    row = rows(k8s_repo)["k8s_evictable"]
+    assert (row["status"], row["performance"]) == ("SUCCESS", "77")
+    assert f"node rank 0: pod {evicted[0]} on node {standin.node} was stopped by Kubernetes (EvictionByEvictionAPI) " \
+           "and made again" in row["warnings"]
+    made = {e[2]["metadata"]["name"] for e in standin.events if e[1] == "ADDED"}
+    assert len(made) == 2 and evicted[0] in made
+    assert_nothing_left(standin)
+
+
+def test_a_disagg_job_succeeds_when_its_benchmark_pod_does_and_its_servers_are_stopped(standin_factory, k8s_repo,
+                                                                                       cli, tmp_path):
+    """sglang-disagg on 3 nodes: the proxy (index 0) benchmarks and ends; the servers never end by
+    themselves. The successPolicy makes the Job Complete and stops them; SGLANG_NODE_IPS holds the
+    pods' addresses (the reference's definition), resolved from their DNS names."""
+    standin = standin_factory(nodes=3)
+    result = cli("run", "--tags", "disagg", "--executor", "k8s", "-c", context(standin, tmp_path, stop_grace=5))
+    assert result.code == 0, result
+    row = rows(k8s_repo)["k8s_disagg"]
+    assert (row["status"], row["performance"], row["nnodes"]) == ("SUCCESS", "321", "3")
+    assert sorted(json.loads(row["k8s_nodes"])) == sorted(standin.node_names)  # one pod per node
+    job = standin.seen("POST", "Job")[0]["body"]
+    assert job["spec"]["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]}
+    texts = [Path(p).read_text() for p in row["artifacts"].split(",")]
+    ips = re.search(r"role: proxy rank: 0 ips: (\S+)", texts[0]).group(1).split(",")
+    assert len(ips) == 3 and all(re.fullmatch(r"\d+\.\d+\.\d+\.\d+", ip) for ip in ips), ips
+    assert all("server stopped" in text for text in texts[1:])
+    assert_nothing_left(standin)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_the_nodes_of_a_job_land_on_different_kubernetes_nodes(standin_factory, k8s_repo, cli, tmp_path, nodes):
+    standin = standin_factory(nodes=nodes)
+    ctx = json.loads(context(standin, tmp_path))
+    ctx["distributed"] = {"launcher": "torchrun", "nnodes": 2}
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", json.dumps(ctx))
+    row = rows(k8s_repo)["k8s_ok"]
+    if nodes == 1:  # a "2-node" job on one node would be a one-node measurement
+        assert result.code == 1 and "node rank 1 (pod mad-k8s-ok-" in row["reason"], row["reason"]
+        assert "unschedulable: 0/1 nodes are available: 1 node(s) didn't match pod anti-affinity rules" in \
+            row["reason"]
+    else:
+        assert result.code == 0, result
+        assert (row["status"], row["performance"]) == ("SUCCESS", "247.0")  # each node's 123.5, summed
+        assert sorted(json.loads(row["k8s_nodes"])) == sorted(standin.node_names)
+    assert_nothing_left(standin)
+
+
+def test_a_job_waits_in_its_kueue_queue_and_runs_once_admitted(standin_factory, k8s_repo, cli, tmp_path):
+    standin = standin_factory(kueue_admit_after=3)
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", context(standin, tmp_path, queue_name="team-a"))
+    assert result.code == 0, result
+    job = standin.seen("POST", "Job")[0]["body"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert ": queued" in result.stderr and rows(k8s_repo)["k8s_ok"]["status"] == "SUCCESS"
+    assert_nothing_left(standin)
+
+
+def test_least_privilege_by_default_root_compatible_and_non_root_by_key(standin, k8s_repo, cli, tmp_path):
+    assert cli("build", "--tags", "root").code == 0
+    log = {}
+    for profile, k8s in (("restricted", {}), ("root-compatible", {"security_profile": "root-compatible"}),
+                         ("user", {"run_as_user": 1000, "run_as_non_root": True})):
+        result = cli("run", "--tags", "root", "--executor", "k8s", "-c", context(standin, tmp_path, **k8s))
+        assert result.code == 0, (profile, result)
+        log[profile] = Path(rows(k8s_repo)["k8s_root"]["artifacts"].split(",")[0]).read_text()
+    assert "chown: refused" in log["restricted"] and "CapEff:\t0000000000000000" in log["restricted"]
+    assert "chown: ok" in log["root-compatible"]
+    assert "uid: 1000" in log["user"] and "chown: refused" in log["user"]
+    refused = cli("run", "--tags", "root", "--executor", "k8s", "-c", context(standin, tmp_path, run_as_non_root=True))
+    assert refused.code == 2 and len(refused.stderr.strip().splitlines()) == 1, refused
+    assert "k8s.run_as_non_root: image ci-k8s_root_base of model 'k8s_root' runs as root" in refused.stderr
+    assert_nothing_left(standin)
+
+
+def test_tools_run_in_the_pod_with_sys_ptrace_and_their_summaries_reach_the_row(standin, k8s_repo, cli, tmp_path):
+    ctx = json.loads(context(standin, tmp_path))
+    ctx["tools"] = [{"name": "cpu_monitor"}]
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", json.dumps(ctx))
+    assert result.code == 0, result
+    row = rows(k8s_repo)["k8s_ok"]
+    assert row["status"] == "SUCCESS" and row["tools"] == "cpu_monitor"
+    assert float(row["cpu_util_peak"]) >= 0 and row["rss_peak_mb"] != ""
+    log = Path(row["artifacts"].split(",")[0]).read_text()
+    assert "CapEff:\t0000000000080000" in log  # SYS_PTRACE (bit 19) and nothing else
+    assert any(a.endswith("outputs/cpu_monitor.csv") for a in row["artifacts"].split(","))
+    assert_nothing_left(standin)
+
+
+def test_a_failed_pre_script_is_the_reason_and_the_model_does_not_run(standin, k8s_repo, cli, tmp_path):
+    ctx = json.loads(context(standin, tmp_path))
+    ctx["pre_scripts"] = [{"path": "scripts/fail/run.sh"}]
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", json.dumps(ctx))
+    assert result.code == 1, result
+    row = rows(k8s_repo)["k8s_ok"]
+    assert row["reason"].startswith("pod mad-k8s-ok-") and \
+        row["reason"].endswith(": pre-script context: run.sh failed with exit code 3"), row["reason"]
+    assert "helper ran" not in Path(row["artifacts"].split(",")[0]).read_text()
+    assert_nothing_left(standin)

@@ -190,6 +190,22 @@ def test_a_rendered_job_has_no_problems():
     (lambda o: o["Job"]["metadata"].update(name="m" * 62), "host names"),
     (lambda o: o["Service"]["spec"].update(clusterIP="10.0.0.1"), "not headless"),
     (lambda o: o["Job"]["spec"].update(parallelism=1), "parallelism 1 must equal completions 2"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"].pop("cpu"),
+     "no cpu request"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"].pop("affinity"), "must be on different nodes"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "HF_TOKEN", "value": "hf_x"}), "HF_TOKEN looks secret"),
+    (lambda o: o["ConfigMap"]["data"].update({"node-0.env": "API_KEY=abc\n"}), "node-0.env sets API_KEY"),
+    (lambda o: o["Job"]["spec"].pop("podFailurePolicy"), "must first ignore disruptions"),
+    (lambda o: o["Job"]["spec"]["podFailurePolicy"]["rules"].pop(1), "fail the Job on the model's non-zero exit"),
+    (lambda o: o["Job"]["spec"].pop("podReplacementPolicy"), "podReplacementPolicy must be Failed"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"].update(
+        add=["SYS_ADMIN"]), "not asked: SYS_ADMIN"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["securityContext"].update(
+        seccompProfile={"type": "Unconfined"}), "seccompProfile Unconfined was not asked"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].pop(2), "no /dev/shm volume"),
+    (lambda o: o["Job"]["spec"]["template"]["spec"]["containers"][0]["resources"].setdefault("limits", {}).update(
+        memory="1Gi"), "/dev/shm 2Gi is more than the memory limit"),
 ])
 def test_the_checks_find_what_the_schema_misses(change, words):
     found = _broken(change)
@@ -211,9 +227,37 @@ _TOLERATION = st.one_of(
                           optional={"tolerationSeconds": st.integers(0, 10**6)}))
 
 
+_AFFINITY = st.sampled_from([
+    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "amd.com/gpu.product-name", "operator": "In", "values": ["MI300X"]}]}]}}},
+    {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}}]}},
+    {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"team": "perf"}}, "topologyKey": "topology.kubernetes.io/zone"}}]}},
+    {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchExpressions": [{"key": "noisy", "operator": "DoesNotExist"}]},
+         "topologyKey": "kubernetes.io/hostname"}]}},
+])
+
+
 @st.composite
 def k8s_blocks(draw) -> dict:
     block = draw(st.fixed_dictionaries({}, optional={
+        "cpu_per_gpu": _QUANTITY, "memory_per_gpu": _QUANTITY, "qos": st.sampled_from(["Burstable", "Guaranteed"]),
+        "extended_resources": st.dictionaries(st.sampled_from(["rdma/hca_shared_devices_a", "example.com/fpga"]),
+                                              st.integers(1, 4), max_size=2),
+        "rdma_resource": st.just("rdma/hca_shared_devices_a"), "affinity": _AFFINITY,
+        "one_pod_per_node": st.booleans(), "priority_class_name": st.just("benchmarks"),
+        "scheduler_name": st.just("volcano"), "queue_name": _VALUE.filter(bool),
+        "labels": st.dictionaries(_LABEL.filter(lambda k: not k.startswith(("app.kubernetes.io/", "madengine.io/"))),
+                                  _VALUE, max_size=2),
+        "annotations": st.dictionaries(_LABEL, _TEXT, max_size=2),
+        "run_as_user": st.integers(1, 65535), "run_as_group": st.integers(0, 65535), "fs_group": st.integers(0, 65535),
+        "capabilities": st.lists(st.sampled_from(["SYS_PTRACE", "IPC_LOCK", "SYS_NICE"]), max_size=2),
+        "security_profile": st.sampled_from(["restricted", "root-compatible"]), "stop_grace": st.integers(0, 600),
+        "env_from_secret": st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True), max_size=2),
+    }))
+    block.update(draw(st.fixed_dictionaries({}, optional={
         "namespace": st.from_regex(r"[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?", fullmatch=True),
         "image_pull_policy": st.sampled_from(["Always", "IfNotPresent", "Never"]),
         "image_pull_secrets": st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True), max_size=2),
@@ -226,10 +270,17 @@ def k8s_blocks(draw) -> dict:
         "ttl_seconds_after_finished": st.one_of(st.none(), st.integers(0, 10**6)),
         "backoff_limit": st.integers(0, 5), "host_ipc": st.booleans(), "host_network": st.booleans(),
         "service_account": st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
-    }))
+    })))
+    if block.get("run_as_user") and draw(st.booleans()):
+        block["run_as_non_root"] = True
+    if block.get("host_network") and draw(st.booleans()):
+        block["socket_ifname"] = draw(st.sampled_from(["eth0", "ib0", "^lo,docker"]))
+    if block.get("qos") == "Guaranteed":  # its memory limit is its request: /dev/shm fits in it by default only
+        block.pop("shm_size", None)
+        return block
     if "cpu" in block and draw(st.booleans()):
         block["cpu_limit"] = block["cpu"]
-    if "memory" in block and draw(st.booleans()):
+    if "memory" in block and draw(st.booleans()) and "shm_size" not in block:
         block["memory_limit"] = block["memory"]
     return block
 
@@ -271,7 +322,7 @@ def test_any_valid_entry_and_context_renders_objects_that_validate(name, args, e
     except LaunchError:
         assume(False)  # a launcher refuses this placement (nproc above the GPUs asked for)
         return
-    assert problems(job.objects, host_network=settings_.host_network, host_ipc=settings_.host_ipc) == []
+    assert problems(job.objects, job.allowed) == []
     for obj in job.objects:
         plain = json.loads(json.dumps(obj))  # what goes over the wire
         for version in VERSIONS:
@@ -313,3 +364,197 @@ def test_a_pushed_manifest_renders_its_digest_and_a_pull_secret(cli, tmp_path, m
     assert config["auths"]["mirror.local:5000"]["auth"] == base64.b64encode(b"ci:regpw-7f3e").decode()
     assert objects["Secret"]["type"] == "kubernetes.io/dockerconfigjson"
     kubernetes_validate(files)
+
+
+# -- what a real cluster needs ---------------------------------------------------------------------
+PRODUCTION = {
+    "distributed": {"nnodes": 2},
+    "k8s": {"namespace": "ml-perf", "gpu_resource_name": "amd.com/gpu", "qos": "Guaranteed",
+            "queue_name": "team-perf", "priority_class_name": "benchmark",
+            "node_selector": {"amd.com/gpu.product-name": "MI300X"},
+            "tolerations": [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "rdma_resource": "rdma/hca_shared_devices_a", "host_network": True,
+            "results_pvc": "perf-results", "image_pull_secrets": ["team-registry"], "labels": {"team": "perf"},
+            "annotations": {"perf.example.com/ticket": "PERF-1234"}, "stop_grace": 60, "backoff_limit": 1},
+    "docker_env_vars": {"HF_TOKEN": "hf_prod7c2e9a41"},
+}
+
+
+@pytest.fixture
+def k8s_fixture_repo(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "k8s", repo)
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    entries = json.loads((repo / "models.json").read_text())
+    entries.append({"name": "pyt_ddp_8", "dockerfile": "docker/base", "scripts": "scripts/ok", "tags": ["prod"],
+                    "timeout": 3600, "distributed": {"launcher": "torchrun", "nproc_per_node": 8},
+                    "additional_docker_run_options": "--shm-size 64G"})
+    (repo / "models.json").write_text(json.dumps(entries))
+    return repo
+
+
+def _job_of(files: list[Path]) -> tuple[dict, dict]:
+    objects = {o["kind"]: o for o in next(iter(load(files).values()))}
+    return objects, objects["Job"]["spec"]["template"]["spec"]
+
+
+def test_the_production_example_a_2_node_8_gpu_job_under_kueue(cli, tmp_path, k8s_fixture_repo):
+    """docs/distributed.md's production checklist, rendered: every item in the objects."""
+    from madengine.k8s.pod import Allowed
+
+    files = render(cli, tmp_path / "out", "--tags", "prod", "--include-secrets", "-c", json.dumps(PRODUCTION))
+    kubernetes_validate(files)
+    objects, pod = _job_of(files)
+    assert problems(list(objects.values()), Allowed(host_network=True, capabilities=("IPC_LOCK",))) == []
+    job, container = objects["Job"], pod["containers"][0]
+    name = job["metadata"]["name"]
+    # placement: one pod per node, Kueue, priority, the team's labels
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-perf"
+    assert pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"labelSelector": {"matchLabels": {"madengine.io/job": name}}, "topologyKey": "kubernetes.io/hostname"}]
+    assert pod["priorityClassName"] == "benchmark" and job["spec"]["template"]["metadata"]["labels"]["team"] == "perf"
+    assert job["metadata"]["annotations"] == {"perf.example.com/ticket": "PERF-1234"}
+    # resources: 8 GPUs at 4 CPUs and 16Gi each, Guaranteed; RDMA with IPC_LOCK
+    assert container["resources"] == {
+        "requests": {"cpu": "32", "memory": "128Gi", "rdma/hca_shared_devices_a": "1", "amd.com/gpu": "8"},
+        "limits": {"cpu": "32", "memory": "128Gi", "rdma/hca_shared_devices_a": "1", "amd.com/gpu": "8"}}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in pod["volumes"]  # --shm-size 64G
+    # failure: disruptions ignored, the model's exit fatal, each node retried once on its own
+    spec = job["spec"]
+    assert spec["podFailurePolicy"]["rules"][0] == {"action": "Ignore", "onPodConditions": [
+        {"type": "DisruptionTarget", "status": "True"}]}
+    assert (spec["podReplacementPolicy"], spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == ("Failed", 1, 0)
+    assert pod["terminationGracePeriodSeconds"] == 90
+    # network and secrets
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MAD_SOCKET_IFNAME"]["value"] == "auto" and pod["hostNetwork"] is True
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": f"{name}-env",
+                                                                                   "key": "HF_TOKEN"}}}
+    assert base64.b64decode(objects["Secret"]["data"]["HF_TOKEN"]).decode() == "hf_prod7c2e9a41"
+    assert all("hf_prod7c2e9a41" not in p.read_text() for p in files if "-secret-" not in p.name)
+    assert "MAD_SYSTEM_GPU_ARCHITECTURE" not in env  # not known here: left out rather than empty
+
+
+@pytest.mark.parametrize("options,words", [
+    ("--privileged", "--privileged has no pod equivalent (a privileged pod is never rendered"),
+    ("-v /data:/data", "--volume has no pod equivalent (mount data with k8s.data_pvc"),
+    ("--cpuset-cpus 0-3", "--cpuset-cpus has no pod equivalent (k8s.qos Guaranteed"),
+    ("--pids-limit 100", "--pids-limit has no pod equivalent"),
+    ("--device /dev/fuse", "--device /dev/fuse: a pod gets a device through the extended resource"),
+    ("--device /dev/infiniband/uverbs0", "k8s.rdma_resource"),
+    ("--group-add video", "--group-add 'video' is not a group number"),
+    ("--network container:other", "--network 'container:other' has no pod equivalent"),
+    ("--cap-add ALL", "--cap-add ALL is a privileged pod"),
+    ("--security-opt label=disable", "--security-opt 'label=disable' has no pod equivalent"),
+    ("--bogus", "unsupported option '--bogus'"),
+])
+def test_a_docker_run_option_without_a_pod_equivalent_is_exit_2_naming_it(cli, tmp_path, k8s_fixture_repo, options,
+                                                                          words):
+    entries = json.loads((k8s_fixture_repo / "models.json").read_text())
+    entries.append({"name": "k8s_opt", "dockerfile": "docker/base", "scripts": "scripts/ok", "tags": ["opt"],
+                    "additional_docker_run_options": options})
+    (k8s_fixture_repo / "models.json").write_text(json.dumps(entries))
+    for command in (["k8s", "render", "--output-dir", str(tmp_path / "out")],
+                    ["run", "--executor", "k8s", "--dry-run"]):
+        result = cli(*command, "--tags", "opt")
+        assert result.code == 2 and len(result.stderr.strip().splitlines()) == 1, result
+        assert "k8s_opt.additional_docker_run_options: " in result.stderr and words in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_docker_run_options_map_onto_the_pod(cli, tmp_path, k8s_fixture_repo):
+    """The issue's example (``--shm-size 16G --cap-add SYS_PTRACE --ipc host``) and the others that map."""
+    entries = json.loads((k8s_fixture_repo / "models.json").read_text())
+    entries.append({"name": "k8s_many", "dockerfile": "docker/base", "scripts": "scripts/ok", "tags": ["many"],
+                    "additional_docker_run_options": "--network host --device /dev/kfd --device /dev/dri "
+                                                     "--device /dev/infiniband --group-add 44 -u 1000:1000 -m 32g "
+                                                     "--cpus 7.5 --tmpfs /scratch:size=1g --read-only --init "
+                                                     "--security-opt seccomp=unconfined -e NCCL_DEBUG=INFO "
+                                                     "-e WANDB_API_KEY=wb-secret-42 --cap-drop NET_RAW"})
+    (k8s_fixture_repo / "models.json").write_text(json.dumps(entries))
+    files = render(cli, tmp_path / "opts", "--tags", "opts")
+    kubernetes_validate(files)
+    _, pod = _job_of(files)
+    container = pod["containers"][0]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert pod["hostIPC"] is True
+    files = render(cli, tmp_path / "many", "--tags", "many", "-c", json.dumps(
+        {"gpu_vendor": "AMD", "k8s": {"gpu_count": 2, "rdma_resource": "rdma/hca_shared_devices_a"}}))
+    kubernetes_validate(files)
+    _, pod = _job_of(files)
+    container = pod["containers"][0]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": 1000,
+                                      "runAsGroup": 1000, "supplementalGroups": [44]}
+    assert container["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert container["resources"]["limits"] == {"memory": "32Gi", "cpu": "7500m", "rdma/hca_shared_devices_a": "1",
+                                                "amd.com/gpu": "2"}
+    assert container["resources"]["requests"]["memory"] == "32Gi"  # 2 × 16Gi, within the model's -m 32g
+    assert {"name": "tmpfs-0", "mountPath": "/scratch"} in container["volumeMounts"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NCCL_DEBUG"]["value"] == "INFO" and "secretKeyRef" in env["WANDB_API_KEY"]["valueFrom"]
+    assert env["MAD_SOCKET_IFNAME"]["value"] == "auto"
+
+
+def test_failure_and_success_policies_and_the_entry_variables(cli, tmp_path, examples_repo):
+    files = render(cli, tmp_path / "disagg", "--tags", "ex_sglang_disagg_4_nodes_proxy")
+    kubernetes_validate(files)
+    objects, pod = _job_of(files)
+    spec = objects["Job"]["spec"]
+    assert spec["successPolicy"] == {"rules": [{"succeededIndexes": "0"}]} and spec["completionMode"] == "Indexed"
+    assert spec["podFailurePolicy"]["rules"][1]["onExitCodes"] == {"containerName": "model", "operator": "NotIn",
+                                                                   "values": [0, 90]}
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MAD_RESOLVE_ADDRESSES"] == "SGLANG_NODE_IPS" and env["MAD_STOP_GRACE"] == "30"
+    assert problems(list(objects.values())) == []
+    objects["Job"]["spec"].pop("successPolicy")
+    assert any("successPolicy succeededIndexes 0" in p for p in problems(list(objects.values())))
+    one = render(cli, tmp_path / "one", "--tags", "ex_torchrun_1_node", "-c", json.dumps(
+        {"gpu_vendor": "AMD", "gpu_architecture": "gfx942", "k8s": {"one_pod_per_node": False, "backoff_limit": 2,
+                                                                    "env_from_secret": "hf-token"}}))
+    objects, pod = _job_of(one)
+    assert "backoffLimitPerIndex" not in objects["Job"]["spec"] and objects["Job"]["spec"]["backoffLimit"] == 2
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["MAD_SYSTEM_GPU_ARCHITECTURE"] == "gfx942" and "MAD_SYSTEM_GPU_PRODUCT_NAME" not in env
+    assert pod["containers"][0]["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+
+
+_DOCKER_WORDS = st.sampled_from(["--shm-size", "8G", "--cap-add", "SYS_PTRACE", "ALL", "--ipc", "host", "--network",
+                                 "bridge", "--device", "/dev/kfd", "/dev/fuse", "--gpus", "all", "-e", "A=1",
+                                 "--security-opt", "seccomp=unconfined", "--group-add", "44", "video", "-u", "1000:10",
+                                 "-m", "4g", "--cpus", "2.5", "--tmpfs", "/t:size=1m", "--read-only", "--init",
+                                 "--privileged", "-v", "/a:/b", "--ulimit", "nofile=1", "'", "\"", "x", "-1"])
+
+
+@given(words=st.lists(st.one_of(_DOCKER_WORDS, _TEXT), max_size=8), gpu=st.sampled_from(["", "amd.com/gpu"]))
+def test_any_docker_run_options_map_onto_a_pod_or_are_one_input_error(words, gpu):
+    """A model's options text, whatever it is: the pod's options, or an InputError naming the field."""
+    from types import SimpleNamespace
+
+    from madengine.core.errors import InputError
+    from madengine.k8s.runopts import PodOptions, pod_options
+
+    model = SimpleNamespace(name="m", source="models.json", additional_docker_run_options=" ".join(words))
+    try:
+        options = pod_options(model, K8sSettings(), gpu)
+    except InputError as exc:
+        assert "m.additional_docker_run_options" in str(exc) and "\n" not in str(exc)
+        return
+    assert isinstance(options, PodOptions)
+
+
+@pytest.mark.parametrize("name,secret", [
+    ("HF_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True), ("WANDB_API_KEY", True), ("APIKEY", True),
+    ("DB_PASSWORD", True), ("HFTOKEN", True), ("GOOGLE_APPLICATION_CREDENTIALS", True), ("ssh-key", True),
+    ("MONKEY_COUNT", False), ("KEYBOARD_LAYOUT", False), ("MAD_MODEL_NAME", False), ("NCCL_IB_HCA", False),
+    ("TOKENIZERS_PARALLELISM", False),
+])
+def test_which_variable_names_look_secret(name, secret):
+    from madengine.core.redact import looks_secret
+
+    assert looks_secret(name) is secret

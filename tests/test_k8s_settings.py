@@ -25,7 +25,11 @@ _KEYS = st.sampled_from(["kubeconfig", "context", "namespace", "image_pull_polic
                          "gpu_resource_name", "gpu_count", "cpu", "cpu_limit", "memory", "memory_limit", "shm_size",
                          "node_selector", "tolerations", "data_pvc", "results_pvc", "ttl_seconds_after_finished",
                          "backoff_limit", "host_ipc", "host_network", "service_account", "cluster_domain",
-                         "pending_timeout", "bogus"])
+                         "pending_timeout", "cpu_per_gpu", "memory_per_gpu", "qos", "extended_resources",
+                         "rdma_resource", "device_resources", "affinity", "one_pod_per_node", "priority_class_name",
+                         "scheduler_name", "queue_name", "labels", "annotations", "socket_ifname", "run_as_user",
+                         "run_as_group", "fs_group", "run_as_non_root", "capabilities", "security_profile",
+                         "env_from_secret", "stop_grace", "bogus"])
 
 
 @given(st.dictionaries(_KEYS, _JSON, max_size=6))
@@ -131,7 +135,28 @@ def k8s_repo(tmp_path, monkeypatch):
     ({"k8s": {"node_selector": {"gpu": "x" * 64}}}, [], "k8s.node_selector.gpu"),
     ({"k8s": {"tolerations": [{"operator": "Equal"}]}}, [], "k8s.tolerations[0].key"),
     ({"k8s": {"backoff_limit": -1}}, [], "k8s.backoff_limit: must be a whole number from 0 to 100"),
-    ({"k8s": {}, "tools": [{"name": "rocprof"}]}, [], "tools: does not apply to --executor k8s"),
+    ({"k8s": {}, "docker_mounts": {"/data": "/tmp"}}, [], "docker_mounts: does not apply to --executor k8s"),
+    ({"k8s": {"tolerations": ["gpu"]}}, [], "k8s.tolerations[0]: must be an object, got 'gpu'"),
+    ({"k8s": {"affinity": "spread"}}, [], "k8s.affinity: must be an object, got 'spread'"),
+    ({"k8s": {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"a": "b"}}}]}}}}, [],
+     "k8s.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: is required"),
+    ({"k8s": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpu", "operator": "In"}]}]}}}}}, [], "operator In needs values"),
+    ({"k8s": {"affinity": {"nodeAfinity": {}}}}, [], "k8s.affinity.nodeAfinity: unknown field"),
+    ({"k8s": {"queue_name": "team a!"}}, [], "k8s.queue_name: 'team a!' is not a label value"),
+    ({"k8s": {"queue_name": "q" * 64}}, [], "k8s.queue_name: "),
+    ({"k8s": {"labels": {"madengine.io/job": "x"}}}, [], "k8s.labels.madengine.io/job: is madengine's own label"),
+    ({"k8s": {"labels": {"team": "a b"}}}, [], "k8s.labels.team: 'a b' is not a label value"),
+    ({"k8s": {"qos": "Guaranteed", "memory_limit": "64Gi"}}, [], "k8s.memory_limit: qos Guaranteed sets the limits"),
+    ({"k8s": {"qos": "BestEffort"}}, [], "k8s.qos: unknown value 'BestEffort'"),
+    ({"k8s": {"capabilities": ["SYS_SUPERPOWER"]}}, [], "k8s.capabilities[0]: 'SYS_SUPERPOWER' is not a Linux"),
+    ({"k8s": {"socket_ifname": "ib0"}}, [], "k8s.socket_ifname: applies to host_network pods only"),
+    ({"k8s": {"run_as_non_root": True, "run_as_user": 0}}, [], "k8s.run_as_non_root: contradicts run_as_user 0"),
+    ({"k8s": {"extended_resources": {"rdma/hca": 0}}}, [], "k8s.extended_resources.rdma/hca: must be a whole"),
+    ({"k8s": {"device_resources": {"/opt/x": "a.com/x"}}}, [], "k8s.device_resources: '/opt/x' is not a device"),
+    ({"k8s": {"env_from_secret": ["Bad_Name"]}}, [], "k8s.env_from_secret[0]: 'Bad_Name' is not a DNS-1123"),
+    ({"k8s": {"stop_grace": -5}}, [], "k8s.stop_grace: must be a whole number from 0 to 3600"),
     ({"k8s": {}}, ["--repeat", "3"], "--repeat: --repeat and --warmup-runs do not apply to --executor k8s"),
     ({"k8s": {}}, ["--parallel", "2"], "--parallel applies to docker and local runs"),
 ])
@@ -166,3 +191,15 @@ def test_k8s_blocks_do_not_leak_into_other_executors_and_help_loads_no_client(cl
             "main(['k8s', 'rbac'], Environment(stdout=io.StringIO(), stderr=io.StringIO()));"
             "print('kubernetes' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_without_the_kubernetes_client_a_run_says_which_extra_to_install(k8s_repo, cli, monkeypatch):
+    """The client hidden (as on an install without the k8s extra): exit 2, one line, nothing sent or written."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # import kubernetes → ImportError
+    result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c",
+                 json.dumps({"k8s": {"kubeconfig": "kubeconfig", "image_pull_policy": "Never"}}))
+    assert result.code == 2 and len(result.stderr.strip().splitlines()) == 1, result
+    assert "pip install 'madengine[k8s]'" in result.stderr and "Traceback" not in result.stderr
+    assert not (k8s_repo / "perf.csv").exists()

@@ -27,10 +27,10 @@ from conftest import BASE_IMAGE, require_service
 from madengine.cli import main
 from madengine.cli.env import Environment
 from madengine.core.host import runnable_per_cpu
-from madengine.execution.provenance import (ProbeCache, cpu_list_size, load_notes, parse_probe_output,
-                                            precision_columns, probe_argv, probe_local, reported_precision,
-                                            thread_settings)
+from madengine.execution.provenance import (ProbeCache, cpu_list_size, load_notes, parse_probe_output, probe_argv,
+                                            probe_local, thread_settings)
 from madengine.results import read_rows
+from madengine.results.verdict import precision_columns, reported_precision
 
 WHEELS = Path(os.environ.get("MADENGINE_WHEELS", "/opt/wheels"))
 

@@ -23,7 +23,7 @@ from madengine.core.events import Progress
 
 STATUS_STYLES = {"SUCCESS": "green", "FAILURE": "bold red", "SKIPPED": "yellow"}
 #: the phases a plain log shows without --verbose (the short ones only make noise there)
-SHOWN_PHASES = ("building", "fetching image", "fetching data", "pre-scripts", "running", "post-scripts")
+SHOWN_PHASES = ("building", "fetching image", "fetching data", "queued", "pre-scripts", "running", "post-scripts")
 
 
 def colour_enabled(environ: Any, no_color: bool) -> bool:

@@ -38,6 +38,18 @@ def register_secret(value: object) -> None:
         _ordered = tuple(sorted(_secrets, key=len, reverse=True))
 
 
+#: words that make a variable's name look like it holds a secret (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``),
+#: and endings of one word that do (``HFTOKEN``, ``APIKEY``; ``KEY`` alone ends too many words: ``MONKEY``)
+SECRET_WORDS = ("TOKEN", "KEY", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "CREDENTIALS")
+_SECRET_ENDINGS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "APIKEY", "ACCESSKEY")
+
+
+def looks_secret(name: str) -> bool:
+    """Whether variable ``name`` looks like it holds a secret, by its ``_``-separated words."""
+    words = [word for word in name.upper().replace("-", "_").replace(".", "_").split("_") if word]
+    return any(word in SECRET_WORDS or word.endswith(_SECRET_ENDINGS) for word in words)
+
+
 #: account names every system or service has by default: they tell nothing, and masking them would
 #: mask ordinary text (``/root``, ``git@host``, ``docker rm``, every ``madengine:`` line, the
 #: ``minio`` provider type of a row)

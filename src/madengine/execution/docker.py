@@ -407,6 +407,11 @@ SHM_LEAST = 2 << 30
 SHM_HOST_SHARE = 0.5
 
 
+def shm_for_ranks(ranks: int) -> int:
+    """Bytes of ``/dev/shm`` a container (or pod) of ``ranks`` ranks gets: 1 GiB per rank, at least 2 GiB."""
+    return max(SHM_LEAST, SHM_PER_RANK * ranks)
+
+
 def job_host_config(nproc_per_node: int, nnodes: int) -> dict[str, Any]:
     """The container of one node of a distributed job holds all its ranks. PyTorch's data-loader
     workers and its shared-memory transports (gloo, NCCL within a node) need more than docker's
@@ -418,7 +423,7 @@ def job_host_config(nproc_per_node: int, nnodes: int) -> dict[str, Any]:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         memory = 0
-    size = max(SHM_LEAST, SHM_PER_RANK * nproc_per_node)
+    size = shm_for_ranks(nproc_per_node)
     if memory:
         size = min(size, int(memory * SHM_HOST_SHARE))
     fields: dict[str, Any] = {"IpcMode": "private", "ShmSize": size}

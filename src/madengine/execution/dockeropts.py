@@ -24,6 +24,17 @@ _FLAG_OPTIONS = {"--privileged": "privileged", "--init": "init", "--read-only": 
 
 
 _OTHER_OPTIONS = ("-e", "--env", "-v", "--volume", "--ulimit", "--gpus")
+#: parsed names of the options that are not in the tables above
+_OTHER_NAMES = {"environment": "--env", "volumes": "--volume", "ulimits": "--ulimit", "gpus": "--gpus"}
+
+
+def option_name(key: str) -> str:
+    """The docker flag (its long form) a value of :func:`parse_run_options` came from."""
+    for table in (_LIST_OPTIONS, _VALUE_OPTIONS, _FLAG_OPTIONS):
+        flag = next((flag for flag, name in table.items() if name == key and flag.startswith("--")), None)
+        if flag is not None:
+            return flag
+    return _OTHER_NAMES.get(key, key)
 
 
 def parse_run_options(text: str) -> dict[str, Any]:

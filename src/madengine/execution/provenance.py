@@ -1,5 +1,5 @@
 """What tells two run rows apart beyond the model: the software inside the image, the thread
-settings the model saw, how busy the host was, and the precision it ran at.
+settings the model saw, and how busy the host was.
 
 * **Framework versions** come from one light probe per image: a short container (or, for the local
   executor, the host's ``python3``) runs :data:`PROBE_SCRIPT`, which imports nothing heavy: Python's
@@ -10,11 +10,10 @@ settings the model saw, how busy the host was, and the precision it ran at.
 * **Thread settings**: the threading variables (``OMP_NUM_THREADS`` and the like) in the
   environment the model step got, and the CPUs it could use.
 * **Host load** at the start and end of the model's run: :func:`madengine.core.host.runnable_per_cpu`.
-* **Precision**: a ``training_precision: <name>`` line the model prints (the last one) is what it
-  ran at; without one the row keeps what models.json declares, marked ``declared``.
+* **Precision** (the ``training_precision: <name>`` line a model prints) is read with its figure:
+  :mod:`madengine.results.verdict`.
 
-The notes a row gets (``warnings`` column) are made here too: a host busier than its CPUs, a
-declared precision the model contradicts.
+A row's note (``warnings`` column) for a host busier than its CPUs is made here too.
 """
 
 from __future__ import annotations
@@ -104,7 +103,6 @@ print(json.dumps({"versions": found, "paths": paths}, sort_keys=True))
 
 #: a probe that has not answered by then is killed (its row just has no versions)
 PROBE_TIMEOUT = 60.0
-_PRECISION_LINE = re.compile(r"^\s*training_precision:\s*([A-Za-z][A-Za-z0-9_+.-]{0,31})\s*$", re.MULTILINE)
 _VERSION_TEXT = re.compile(r"^[\w.+\- ()/:,]{1,80}$")
 
 
@@ -147,32 +145,6 @@ def cpu_list_size(text: str) -> int:
             return 0
         count += int(high) - int(low) + 1 if sep else 1
     return count
-
-
-def reported_precision(output: str) -> str:
-    """The precision the model said it ran at (its last ``training_precision: <name>`` line), or ''."""
-    found = _PRECISION_LINE.findall(output or "")
-    return found[-1] if found else ""
-
-
-def precision_columns(declared: str, reported: str) -> tuple[dict[str, str], list[str]]:
-    """``training_precision`` and ``precision_source`` of a row, and a note when the model
-    contradicts models.json: what it reported wins, the declaration is named in the note."""
-    if reported:
-        notes = [f"models.json declares training_precision {declared} but the model reported {reported}"] \
-            if declared and _canonical(declared) != _canonical(reported) else []
-        return {"training_precision": reported, "precision_source": "reported"}, notes
-    return {"training_precision": declared, "precision_source": "declared" if declared else ""}, []
-
-
-#: spellings of one precision (torch's dtype names, numpy's, the short ones)
-_SAME_PRECISION = {"float32": "fp32", "f32": "fp32", "float": "fp32", "float16": "fp16", "f16": "fp16",
-                   "half": "fp16", "bfloat16": "bf16", "float64": "fp64", "f64": "fp64", "double": "fp64"}
-
-
-def _canonical(precision: str) -> str:
-    name = precision.strip().lower()
-    return _SAME_PRECISION.get(name, name)
 
 
 def load_notes(start: float | None, end: float | None) -> list[str]:

@@ -1,4 +1,6 @@
-"""One model's run, start to finish, on any executor: the status rules live here.
+"""One model's run, start to finish, on any executor: the status rules live here (what the model
+step's output and exit make of its rows are :mod:`madengine.results.verdict`'s, shared with
+Kubernetes).
 
 * SUCCESS only when every step exited 0 and a performance figure was parsed (or, with
   ``multiple_results``, per CSV row with a number);
@@ -40,16 +42,16 @@ from madengine.execution.engine import EngineError
 from madengine.execution.ranks import (RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns,
                                       still_running)
 from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
-from madengine.execution.provenance import Probe, load_notes, precision_columns, reported_precision
+from madengine.execution.provenance import Probe, load_notes
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.launch import rank_log_subdir
 from madengine.results import PerfRecord, RecordFactory, Status
 from madengine.results.record import WARNING_SEPARATOR
 from madengine.results.identity import tag_configs_text
 from madengine.results.spans import describe_span
-from madengine.results.samples import SAMPLES_FILE, parse_samples, sample_columns, sample_warnings, write_samples_file
+from madengine.results.samples import SAMPLES_FILE, write_samples_file
 from madengine.tracing import NULL_SPAN, NULL_TRACER, names
-from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
+from madengine.results.verdict import exit_reason, model_records, read_table, step_reason
 
 ENV_DETAILS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sys_env_details.sh"
 
@@ -470,12 +472,9 @@ class ModelRunner:
         if result.error:
             return f"{step.name}{which}: {result.error}"
         if result.exit_code != 0:
-            what = "model script" if step.is_model else step.name
-            cause = f"{result.cause} (exit code {result.exit_code})" if result.cause else \
-                f"{what}{which} exited with code {result.exit_code}" if step.is_model else \
-                f"{what} failed with exit code {result.exit_code}"
-            said = last_meaningful_line(result.output) if step.is_model else ""
-            return f"{cause}: {said}" if said else cause
+            if step.is_model:
+                return exit_reason(result.exit_code, result.output, which=which, cause=result.cause)
+            return step_reason(step.name, result.exit_code, result.cause)
         return ""
 
     def _table(self, spec: RunSpec, last: bool) -> "list[dict[str, str]] | str":
@@ -484,72 +483,19 @@ class ModelRunner:
         path = spec.workdir / spec.model_cwd / model.multiple_results
         if not path.is_file():
             path = spec.workdir / model.multiple_results
-        try:
-            rows = parse_multiple_results(path)
-        except MadEngineError as exc:
-            return f"multiple_results: {exc}"
-        if not rows:
-            return f"multiple_results: {model.multiple_results} has no rows"
+        rows = read_table(path, model.multiple_results)
+        if isinstance(rows, str):
+            return rows
         shutil.copy2(path, spec.artifacts_dir / Path(model.multiple_results).name)
         if not last:
             path.unlink()  # the next repeat must write its own
         return rows
 
     def _evaluate(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
-        if spec.model.multiple_results:
-            return self._multiple(spec, repeats, facts)
-        model = spec.model
-        figures = [parse_performance(result.output) for result in repeats.kept]
-        missing = [i for i, figure in enumerate(figures, start=1) if figure is None]
-        if len(missing) == len(figures) and spec.launch is not None and spec.launch.nnodes > 1:
-            # one node of several: the job's row merges its nodes' (a figure may come from node 0 alone)
-            return [self.records.for_model(model, Status.SUCCESS, **facts.values())]
-        if missing:
-            which = f" (repeat {missing[0]} of {len(figures)})" if len(figures) > 1 else ""
-            return [self.failure(model, f"no performance figure{which}: the script printed no 'performance: "
-                                        "<number> <metric>' line", **facts.values())]
-        record = self.records.for_model(model, Status.SUCCESS, metric=figures[-1].metric, **facts.values(),
-                                        **self._sample_columns([f.value for f in figures], repeats.warmup))
-        self._describe_success(record, model, repeats)
-        return [record]
-
-    def _multiple(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
-        """One row per result name of the CSV, its samples taken from every kept repeat."""
-        model = spec.model
-        records = []
-        for name, rows in _by_result_name(repeats.tables).items():
-            values = facts.values()
-            values["extra"].update({k: v for k, v in rows[-1].items() if k not in ("model", "performance", "metric",
-                                                                                    "status")})
-            numbers = [as_number(row.get("performance", "")) for row in rows]
-            record = self.records.for_model(model, Status.SUCCESS, metric=rows[-1].get("metric", ""), **values)
-            record.model = f"{model.name}_{name}"
-            if None in numbers or len(numbers) < len(repeats.tables):
-                record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number" \
-                    if None in numbers else f"multiple_results row {name!r} is missing from some repeats"
-            else:
-                for key, value in self._sample_columns(numbers, repeats.warmup).items():
-                    setattr(record, key, value)
-                self._describe_success(record, model, repeats)
-            records.append(record)
-        return records
-
-    @staticmethod
-    def _sample_columns(values: list[float], warmup: int) -> dict[str, Any]:
-        """The ``perf_*`` columns; one sample keeps its figure exactly as the model printed it."""
-        columns = sample_columns(values, warmup)
-        if len(values) == 1:
-            columns["performance"] = values[0]
-        return columns
-
-    @staticmethod
-    def _describe_success(record: PerfRecord, model: Model, repeats: "Repeats") -> None:
-        """The precision the model reported, and the notes of a figure not to trust as it is."""
-        columns, notes = precision_columns(model.training_precision, reported_precision(repeats.kept[-1].output))
-        for key, value in columns.items():
-            setattr(record, key, value)
-        samples = parse_samples(record.perf_samples) if record.perf_samples else []
-        record.add_warnings(sample_warnings(samples) + notes)
+        # one node of several: the job's row merges its nodes' (a figure may come from node 0 alone)
+        return model_records(self.records, spec.model, [result.output for result in repeats.kept], facts.values(),
+                             tables=repeats.tables, warmup=repeats.warmup,
+                             figure_optional=spec.launch is not None and spec.launch.nnodes > 1)
 
     def _collect(self, spec: RunSpec, facts: RunFacts) -> None:
         """Copy files the steps wrote (``spec.collect`` patterns) into the artifacts folder, then
@@ -609,26 +555,6 @@ def check_repeat(model: Model) -> None:
                                                                    and value.isdigit())) or int(value) < 1:
         raise CatalogError(f"repeat must be a whole number of 1 or more, got {value!r}", path=model.source,
                            field=f"{model.name}.repeat")
-
-
-def last_meaningful_line(output: str, limit: int = 200) -> str:
-    """What a failing model said last (an exception's message, an error line), for its reason."""
-    for line in reversed(output.splitlines()):
-        text = line.strip()
-        if not text or text.startswith(("performance:", "===", "File \"", "Traceback")) or \
-                not any(c.isalnum() for c in text):
-            continue
-        return text if len(text) <= limit else text[:limit - 1] + "…"
-    return ""
-
-
-def _by_result_name(tables: list[list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
-    """The rows of every repeat's CSV grouped by result name, in first-seen order."""
-    grouped: dict[str, list[dict[str, str]]] = {}
-    for table in tables:
-        for row in table:
-            grouped.setdefault(row.get("model", ""), []).append(row)
-    return grouped
 
 
 def _label(model: Model) -> str:

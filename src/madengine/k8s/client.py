@@ -47,7 +47,11 @@ class KubeApi:
     """One cluster's API, as a run uses it."""
 
     def __init__(self, target: ClusterTarget) -> None:
-        from kubernetes import client, config
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise ServiceError("--executor k8s needs the official Kubernetes client, which is not installed",
+                               path="--executor", hint="pip install 'madengine[k8s]'") from None
 
         try:
             if target.in_cluster:

@@ -127,3 +127,20 @@ def quantity_text(value: object) -> str | None:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def byte_quantity(count: int) -> str:
+    """A number of bytes as the largest binary unit that divides it: ``17179869184`` → ``16Gi``."""
+    for suffix in ("Ti", "Gi", "Mi", "Ki"):
+        if count and count % _BINARY[suffix] == 0:
+            return f"{count // _BINARY[suffix]}{suffix}"
+    return str(count)
+
+
+def times_quantity(text: str, factor: int) -> str:
+    """A quantity ``factor`` times over, in its own unit: ``16Gi`` × 8 → ``128Gi``, ``500m`` × 3 → ``1500m``."""
+    match = _QUANTITY.match(text)
+    if match is None or factor < 0:
+        raise ValueError(f"{text!r} is not a quantity")
+    number = decimal.Decimal(match.group("number")) * factor
+    return f"{number.normalize():f}{match.group('suffix') or ''}".replace("+", "")

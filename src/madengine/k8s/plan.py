@@ -2,31 +2,40 @@
 image, GPUs, files, environment and credentials (:class:`~madengine.k8s.render.JobInputs`).
 
 What a pod cannot do is refused here, before anything is built or sent (exit 2): a model that
-clones a repository (``url``), tools and pre/post scripts, ``--repeat``, a local-only image the
-cluster would have to pull.
+clones a repository (``url``), host mounts, ``--repeat``, a docker run option with no pod
+equivalent, a local-only image the cluster would have to pull. Tools and pre/post scripts run in
+the pod around the model step, as in a docker run (:func:`tool_steps`); profiling tools get
+SYS_PTRACE.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from madengine.catalog import Model
 from madengine.context import Context
 from madengine.context.context import build_context
 from madengine.context.dockerfiles import select_dockerfiles
 from madengine.core.errors import ContextError, InputError
+from madengine.core.redact import looks_secret, register_secret
+from madengine.core.spec import RunSpec, Step
 from madengine.execution.plan import distributed_spec, image_key, model_env, script_step
-from madengine.k8s.render import DATA_MOUNT, JobInputs
+from madengine.k8s.pod import DATA_MOUNT, JobInputs
+from madengine.k8s.runopts import pod_options
 from madengine.k8s.settings import GPU_RESOURCES, K8sSettings, block_of, k8s_settings
 from madengine.launch import DistributedSpec
 
 #: the most bytes of one file of a scripts folder (the whole ConfigMap holds 1 MiB)
 _FILE_LIMIT = 1 << 20
-#: context keys a pod cannot honour (they need the host: tools wrap the step, scripts run around it)
-_HOST_ONLY_KEYS = ("tools", "pre_scripts", "post_scripts", "docker_mounts")
+#: context keys a pod cannot honour (host folders)
+_HOST_ONLY_KEYS = ("docker_mounts",)
+#: the variables of the host a pod's model has no use for, left out when empty (the cluster's GPUs are not known here)
+_KNOWN_ONLY_FROM_CONTEXT = {"MAD_SYSTEM_GPU_ARCHITECTURE": "gpu_architecture",
+                            "MAD_SYSTEM_GPU_PRODUCT_NAME": "gpu_product_name"}
 
 
 def k8s_context(context_file: str | None, context_string: str | None) -> Context:
@@ -89,8 +98,9 @@ def check_pod_can_run(model: Model, context: Context, settings: K8sSettings) -> 
 def check_context_applies(context: Context) -> None:
     for key in _HOST_ONLY_KEYS:
         if context.get(key):
-            raise ContextError("does not apply to --executor k8s (a pod runs the model step in its own image)",
-                               path="context", field=key, hint=f"drop '{key}' for Kubernetes runs")
+            raise ContextError("does not apply to --executor k8s (a pod mounts no folder of this host)",
+                               path="context", field=key,
+                               hint="mount data with k8s.data_pvc and keep results with k8s.results_pvc")
 
 
 def script_files(folder: Path) -> dict[str, bytes]:
@@ -148,31 +158,90 @@ def check_pullable(image: ImageChoice, model: Model, settings: K8sSettings) -> N
 
 def pod_env(model: Model, context: Context, gpus: int, run_id: str) -> dict[str, str]:
     """The variables of the model's pod, as the docker executor gives its container (MAD_*,
-    docker_env_vars, tag configs), less the host's pass-through ones: this host is not the pod's."""
+    docker_env_vars, tag configs), less the host's pass-through ones: this host is not the pod's.
+    The GPU architecture and product name come from the context, or are left out (this host's
+    GPUs say nothing of the cluster's). Values of secret-looking names are registered for
+    redaction: they travel in the job's Secret."""
     env = model_env(model, context, list(range(gpus)), run_id, "k8s", {}, None)
     env["MAD_DEPLOYMENT_TYPE"] = "kubernetes"
     if context.get("system_ngpus") is None:  # the pod sees the GPUs it asked for, whatever its node holds
         env["MAD_SYSTEM_NGPUS"] = str(gpus)
+    for name, key in _KNOWN_ONLY_FROM_CONTEXT.items():
+        if not context.get(key) and not context.docker_env_vars.get(name):
+            env.pop(name, None)
     if model.data_names:
         env["MAD_DATAHOME"] = DATA_MOUNT
         env["MAD_DATANAME"] = ",".join(model.data_names)
+    for name, value in env.items():
+        if looks_secret(name):
+            register_secret(value)
     return env
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSteps:
+    """What the context's tools and pre/post scripts add to a pod's run (as ``apply_tools`` adds
+    them to a docker run): steps before and after the model step, the model step's wrapper, the
+    tools' files and variables, the outputs that come back, the summaries made of them."""
+
+    pre: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    argv: tuple[str, ...] = ()
+    post: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+    finalizers: tuple[Callable[[RunSpec], dict[str, Any]], ...] = ()
+    #: profilers trace the model's processes: SYS_PTRACE (the reference's allowance on Kubernetes)
+    capabilities: tuple[str, ...] = ()
+
+
+def tool_steps(model: Model, context: Context, root: Path, tools_json: str | None, step: Step,
+               timeout: int | None) -> ToolSteps:
+    """The context's tools around ``step`` (ContextError/ConfigError, exit 2, for a bad tools entry)."""
+    from madengine.tools import apply_tools
+
+    if not (context.get("tools") or context.get("pre_scripts") or context.get("post_scripts")):
+        return ToolSteps(argv=tuple(step.argv))
+    with tempfile.TemporaryDirectory(prefix="madengine-k8s-tools-") as folder:
+        work = Path(folder)
+        spec = RunSpec(key=model.name, model=model, workdir=work, log_path=work / "run.log", artifacts_dir=work,
+                       env={}, steps=[Step(step.name, list(step.argv), is_model=True)], timeout=timeout)
+        apply_tools(spec, context.values, tools_json, root)
+        model_at = next(i for i, s in enumerate(spec.steps) if s.is_model)
+        files = {path.relative_to(work).as_posix(): path.read_bytes() for path in sorted(work.rglob("*"))
+                 if path.is_file() and path.name != "run.log"}
+    return ToolSteps(pre=tuple((s.name, tuple(s.argv)) for s in spec.steps[:model_at]),
+                     argv=tuple(spec.steps[model_at].argv),
+                     post=tuple((s.name, tuple(s.argv)) for s in spec.steps[model_at + 1:]), files=files,
+                     env=dict(spec.env), outputs=tuple(spec.collect), finalizers=tuple(spec.finalizers),
+                     capabilities=("SYS_PTRACE",) if context.get("tools") else ())
 
 
 def job_inputs(model: Model, image: ImageChoice, *, context: Context, settings: K8sSettings, root: Path,
                namespace: str, run_id: str, timeout: int | None, secret_env: Mapping[str, str] | None = None,
-               registry_auth: tuple[str, str, str] | None = None) -> JobInputs:
-    """Everything one model's job is rendered from (reads its scripts folder)."""
+               registry_auth: tuple[str, str, str] | None = None, tools_json: str | None = None) \
+        -> tuple[JobInputs, ToolSteps]:
+    """Everything one model's job is rendered from (reads its scripts folder), and its tools."""
     check_pod_can_run(model, context, settings)
     spec = distributed_spec(model, context)
     resource = gpu_resource(settings, context)
     gpus = gpu_count(model, spec, settings, resource)
+    options = pod_options(model, settings, resource if gpus else "")
     step, folder = script_step(model, root, model.run_args)
-    return JobInputs(model_name=model.name, label=model.tagged_name, image_key=image.key, image=image.reference,
-                     argv=tuple(step.argv), files=script_files(folder), env=pod_env(model, context, gpus, run_id),
-                     run_id=run_id, namespace=namespace, spec=spec, gpu_count=gpus, gpu_resource=resource,
-                     timeout=timeout, secret_env=dict(secret_env or {}), registry_auth=registry_auth,
-                     dockerfile=image.dockerfile, image_id=image.image_id)
+    tools = tool_steps(model, context, root, tools_json, step, timeout)
+    files = script_files(folder)
+    clash = sorted(set(files) & set(tools.files))
+    if clash:
+        raise InputError(f"the scripts folder has {clash[0]}, where the tools' files go", path=str(folder),
+                         field=f"{model.name}.scripts")
+    inputs = JobInputs(model_name=model.name, label=model.tagged_name, image_key=image.key, image=image.reference,
+                       argv=tools.argv, files={**files, **tools.files},
+                       env={**pod_env(model, context, gpus, run_id), **tools.env}, run_id=run_id,
+                       namespace=namespace, spec=spec, gpu_count=gpus, gpu_resource=resource, timeout=timeout,
+                       secret_env=dict(secret_env or {}), registry_auth=registry_auth, dockerfile=image.dockerfile,
+                       image_id=image.image_id, options=options, capabilities=tools.capabilities, pre_steps=tools.pre,
+                       post_steps=tools.post, outputs=tools.outputs)
+    return inputs, tools
 
 
 def credential_env(models: Sequence[Model], root: Path, environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -192,7 +261,7 @@ def credential_env(models: Sequence[Model], root: Path, environ: Mapping[str, st
     return out
 
 
-__all__ = ["ImageChoice", "catalog_images", "check_context_applies", "check_pullable", "credential_env",
+__all__ = ["ImageChoice", "ToolSteps", "catalog_images", "check_context_applies", "check_pullable", "credential_env",
            "gpu_count", "gpu_resource", "is_local_only", "job_inputs", "k8s_context", "pod_env",
-           "script_files", "settings_of"]
+           "script_files", "settings_of", "tool_steps"]
 

@@ -12,7 +12,7 @@ import dataclasses
 import datetime
 from typing import Any, Mapping
 
-from madengine.k8s.render import INDEX_ANNOTATION, LABEL_JOB
+from madengine.k8s.render import DISRUPTION, INDEX_ANNOTATION, LABEL_JOB
 
 PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "RegistryUnavailable")
 START_FAILURES = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
@@ -38,6 +38,9 @@ class PodState:
     unschedulable: str = ""
     #: the memory limit of its container, for an OOMKilled pod's reason
     memory_limit: str = ""
+    #: why Kubernetes stopped the pod (a preemption, an eviction, a drain: its DisruptionTarget
+    #: condition's reason); '' when it did not
+    disruption: str = ""
 
     @property
     def ended(self) -> bool:
@@ -85,6 +88,8 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
     unschedulable = next((str(c.get("message") or "no node can take the pod") for c in status.get("conditions") or []
                           if c.get("type") == "PodScheduled" and c.get("status") == "False"
                           and c.get("reason") == "Unschedulable"), "")
+    disruption = next((str(c.get("reason") or "disrupted") for c in status.get("conditions") or []
+                       if c.get("type") == DISRUPTION and c.get("status") == "True"), "")
     containers = spec.get("containers") or [{}]
     limit = str(((containers[0].get("resources") or {}).get("limits") or {}).get("memory", ""))
     code = terminated.get("exitCode")
@@ -95,7 +100,8 @@ def pod_state(obj: Mapping[str, Any]) -> PodState:
         waiting_message=str(waiting.get("message") or "")[:300], terminated=str(terminated.get("reason") or ""),
         exit_code=int(code) if isinstance(code, int) else None,
         started_at=str(terminated.get("startedAt") or running.get("startedAt") or ""),
-        finished_at=str(terminated.get("finishedAt") or ""), unschedulable=unschedulable[:300], memory_limit=limit)
+        finished_at=str(terminated.get("finishedAt") or ""), unschedulable=unschedulable[:300], memory_limit=limit,
+        disruption=disruption[:100])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +112,8 @@ class JobState:
     failed: bool = False
     reason: str = ""
     message: str = ""
+    #: created suspended (a Kueue queue holds it until its quota admits it): not running yet
+    suspended: bool = False
 
 
 def job_state(obj: Mapping[str, Any] | None) -> JobState:
@@ -120,7 +128,7 @@ def job_state(obj: Mapping[str, Any] | None) -> JobState:
         if condition.get("type") == "Failed":
             return JobState(finished=True, failed=True, reason=str(condition.get("reason") or ""),
                             message=str(condition.get("message") or ""))
-    return JobState(finished=False)
+    return JobState(finished=False, suspended=bool((obj.get("spec") or {}).get("suspend")))
 
 
 def _instant(text: str) -> float | None:
@@ -140,6 +148,15 @@ def containers_time(pods: Mapping[int, PodState]) -> float | None:
     return max(ends) - min(starts)  # type: ignore[type-var]
 
 
+def disruptions(pods: Mapping[str, PodState], final: Mapping[int, PodState]) -> list[str]:
+    """A note for each pod Kubernetes stopped (preempted, evicted, drained) and made again: the job
+    went on, and its figure may have been measured on another node."""
+    kept = {pod.name for pod in final.values()}
+    return [f"node rank {pod.rank}: pod {pod.name}{' on node ' + pod.node if pod.node else ''} was stopped by "
+            f"Kubernetes ({pod.disruption}) and made again" for pod in sorted(pods.values(), key=lambda p: p.created)
+            if pod.disruption and pod.name not in kept]
+
+
 def final_pods(pods: Mapping[str, PodState]) -> dict[int, PodState]:
     """The pod that speaks for each node rank: the last one made (a retried rank has several),
     a successful one first."""
@@ -149,5 +166,5 @@ def final_pods(pods: Mapping[str, PodState]) -> dict[int, PodState]:
     return best
 
 
-__all__ = ["JobState", "PULL_FAILURES", "PodState", "START_FAILURES", "containers_time", "final_pods", "job_state",
-           "pod_state"]
+__all__ = ["JobState", "PULL_FAILURES", "PodState", "START_FAILURES", "containers_time", "disruptions", "final_pods",
+           "job_state", "pod_state"]

@@ -3,19 +3,23 @@
 Per job (one model, one image):
 
 * a **ConfigMap** ``<job>-files``: the model's scripts folder, madengine's pod entry script
-  (``pod_entry.sh``), the list of files to copy and, on several nodes, each node's own variables
+  (``pod_entry.sh``), the list of files to copy, the steps around the model step (tools, pre/post
+  scripts: ``steps/<n>.args``) and, on several nodes, each node's own variables
   (``nodes/<rank>.env``: what differs between nodes, e.g. ``NODE_RANK`` inside the runner);
-* a **Secret** ``<job>-env`` for the model's credentials (its ``cred`` entry), referenced by the
-  pod's environment with ``secretKeyRef``: never in the ConfigMap or the pod spec; a
-  ``kubernetes.io/dockerconfigjson`` Secret ``<job>-pull`` when registry credentials are given;
+* a **Secret** ``<job>-env`` for the model's credentials (its ``cred`` entry) and every variable
+  whose name looks secret, referenced by the pod's environment with ``secretKeyRef``: never in
+  the ConfigMap or the pod spec; a ``kubernetes.io/dockerconfigjson`` Secret ``<job>-pull`` when
+  registry credentials are given;
 * one node: a **Job** of one pod; several nodes: a headless **Service** ``<job>`` and an
   **Indexed Job** (completions = parallelism = nnodes) whose pods are ``<job>-<rank>.<job>``, so the
   launcher's rendezvous is pod 0's stable DNS name.
 
-Least privilege: no privileged container, no privilege escalation, every capability dropped, the
-runtime's default seccomp profile, no service account token, no host network or IPC unless the
-``k8s`` block asks, the ConfigMap and the data volume mounted read-only. ``$`` in every value the
-kubelet would expand (env values, args) is escaped, so a value reaches the model as written.
+The Job fails on the model's own non-zero exit and ignores disruptions (a ``podFailurePolicy``:
+a preemption, an eviction or a node drain marks the pod ``DisruptionTarget`` and the Job makes it
+again, without counting a failure); a pod is replaced only once it has failed
+(``podReplacementPolicy: Failed``); an sglang-disagg job succeeds when its benchmark pod (index 0)
+does (``successPolicy``), and its servers are stopped then; a retry asked for (``backoff_limit``) is
+per index on several nodes. The pod template is :mod:`madengine.k8s.pod`'s.
 """
 
 from __future__ import annotations
@@ -30,54 +34,28 @@ from typing import Any, Mapping, Sequence
 from madengine.core.errors import InputError
 from madengine.core.spec import CONTAINER_WORKSPACE
 from madengine.k8s.names import ENV_NAME, dns_label, is_data_key, label_value
+from madengine.k8s.pod import (CONTAINER, COMMAND, DATA_MOUNT, FILES_MOUNT, INDEX_ANNOTATION, LABEL_JOB, RESULTS_MOUNT,
+                               Allowed, JobInputs, allowed, escape, model_variables, pod_spec, split_secrets)
 from madengine.k8s.settings import K8sSettings
 from madengine.launch import DEFAULT_PORT, DistributedSpec, NodeLaunch, NodePlacement, node_launch
 
 ENTRY_SCRIPT = Path(__file__).with_name("pod_entry.sh")
-#: where the ConfigMap is mounted in the pod, and the entry point's command
-FILES_MOUNT = "/madengine"
-COMMAND = ["sh", f"{FILES_MOUNT}/entry.sh"]
-DATA_MOUNT = "/data"
-RESULTS_MOUNT = "/results"
-CONTAINER = "model"
 #: a ConfigMap holds at most 1 MiB (etcd's object limit), keys and values together
 CONFIGMAP_LIMIT = 1 << 20
 MANAGED_BY = "madengine"
-LABEL_JOB = "madengine.io/job"
 LABEL_MODEL = "madengine.io/model"
 LABEL_RUN = "madengine.io/run-id"
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: the pod condition of a pod stopped by a preemption, an eviction, a drain or the kubelet
+DISRUPTION = "DisruptionTarget"
+#: the entry script's status when it could not prepare the run (a retry may help: counted, not fatal)
+ENTRY_FAILURE = 90
 #: Kubernetes caps an Indexed Job's completions; madengine jobs are far smaller
 MAX_NODES = 1000
 #: the job name leaves room for ``-<index>`` in the pods' host names (63 characters)
 _NAME_HEAD = 38
-
-
-@dataclasses.dataclass(frozen=True)
-class JobInputs:
-    """What one model's job is made of, resolved by the caller (files read, image chosen)."""
-
-    model_name: str
-    #: the model as selected, tag configs included (``numpy_matmul:size=64``): names its job
-    label: str
-    image_key: str
-    image: str
-    argv: tuple[str, ...]
-    files: Mapping[str, bytes]
-    env: Mapping[str, str]
-    run_id: str
-    namespace: str
-    spec: DistributedSpec | None = None
-    gpu_count: int = 0
-    gpu_resource: str = ""
-    timeout: int | None = None
-    #: the model's credential variables (NAME_USERNAME, ...): into the Secret, never the pod spec
-    secret_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: (registry host, user, password) for the image pull Secret
-    registry_auth: tuple[str, str, str] | None = None
-    #: where the image came from, for the rows (not rendered)
-    dockerfile: str = ""
-    image_id: str = ""
+#: the launcher whose benchmark pod (index 0) decides the job: its servers never end by themselves
+SUCCESS_BY_INDEX_0 = ("sglang-disagg",)
 
 
 @dataclasses.dataclass
@@ -99,6 +77,12 @@ class JobPlan:
     secrets: tuple[str, ...] = ()
     dockerfile: str = ""
     image_id: str = ""
+    #: what the checks allow beyond least privilege (the block's and the model's asking)
+    allowed: Allowed = Allowed()
+    #: seconds a pod may take to stop (the kubelet's grace period)
+    grace: int = 0
+    #: the tools' summaries of their outputs (row values), run once the outputs are back
+    finalizers: tuple[Any, ...] = ()
 
     def object(self, kind: str) -> dict[str, Any] | None:
         return next((o for o in self.objects if o["kind"] == kind), None)
@@ -119,12 +103,6 @@ def job_name(label: str, image_key: str) -> str:
 def node_host(name: str, rank: int, namespace: str, domain: str) -> str:
     """Pod ``rank``'s stable DNS name: ``<job>-<rank>.<service>.<namespace>.svc.<domain>``."""
     return f"{name}-{rank}.{name}.{namespace}.svc.{domain}"
-
-
-def escape(value: str) -> str:
-    """``value`` as the kubelet gives it back: ``$(NAME)`` and ``$$`` are its syntax, so every ``$``
-    is doubled."""
-    return value.replace("$", "$$")
 
 
 # -- the launcher on each node -------------------------------------------------------------------
@@ -161,23 +139,42 @@ def split_env(launches: Sequence[NodeLaunch]) -> tuple[dict[str, str], list[dict
 
 
 # -- the objects ---------------------------------------------------------------------------------
-def _labels(name: str, inputs: JobInputs) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "madengine", "app.kubernetes.io/managed-by": MANAGED_BY,
+def _labels(name: str, inputs: JobInputs, settings: K8sSettings) -> dict[str, str]:
+    return {**settings.labels, "app.kubernetes.io/name": "madengine", "app.kubernetes.io/managed-by": MANAGED_BY,
             "app.kubernetes.io/instance": name, LABEL_JOB: name, LABEL_MODEL: label_value(inputs.model_name),
             LABEL_RUN: label_value(inputs.run_id)}
 
 
-def _meta(name: str, inputs: JobInputs) -> dict[str, Any]:
-    """An object's metadata: its name, and the labels of the job it belongs to."""
-    return {"name": name, "namespace": inputs.namespace, "labels": _labels(inputs_job(inputs), inputs)}
+def _meta(name: str, inputs: JobInputs, settings: K8sSettings) -> dict[str, Any]:
+    """An object's metadata: its name, and the labels (and annotations) of the job it belongs to."""
+    meta: dict[str, Any] = {"name": name, "namespace": inputs.namespace,
+                            "labels": _labels(inputs_job(inputs), inputs, settings)}
+    if settings.annotations:
+        meta["annotations"] = dict(settings.annotations)
+    return meta
 
 
 def inputs_job(inputs: JobInputs) -> str:
     return job_name(inputs.label, inputs.image_key)
 
 
-def configmap(name: str, inputs: JobInputs, nodes: Sequence[Mapping[str, str]], launch_files: Mapping[str, str]) \
-        -> tuple[dict[str, Any], list[dict[str, str]]]:
+def _step_files(inputs: JobInputs) -> tuple[dict[str, str], str]:
+    """The steps around the model step as data: ``steps/<n>.args`` (one argument a line) and the
+    list ``steps.list`` (``pre|post <n> <name>`` a line)."""
+    files: dict[str, str] = {}
+    listed = []
+    steps = [("pre", step) for step in inputs.pre_steps] + [("post", step) for step in inputs.post_steps]
+    for index, (when, (name, argv)) in enumerate(steps):
+        if any("\n" in arg or "\r" in arg for arg in argv) or "\n" in name or "\r" in name:
+            raise InputError(f"step {name!r} has an argument of several lines, which a pod's step file cannot hold",
+                             path=inputs.model_name, field="tools")
+        files[f"step-{index}.args"] = "".join(f"{arg}\n" for arg in argv)
+        listed.append(f"{when} {index} {name}\n")
+    return files, "".join(listed)
+
+
+def configmap(name: str, inputs: JobInputs, settings: K8sSettings, nodes: Sequence[Mapping[str, str]],
+              launch_files: Mapping[str, str]) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """The ConfigMap of the job's files and its volume's items (key → path in the mount)."""
     data: dict[str, str] = {"entry.sh": ENTRY_SCRIPT.read_text(encoding="utf-8")}
     binary: dict[str, str] = {}
@@ -197,13 +194,20 @@ def configmap(name: str, inputs: JobInputs, nodes: Sequence[Mapping[str, str]], 
         listed.append(path)
     data["files.list"] = "".join(f"{path}\n" for path in listed)
     items.append({"key": "files.list", "path": "files.list"})
+    steps, steps_list = _step_files(inputs)
+    if steps:
+        for key, text in steps.items():
+            data[key] = text
+            items.append({"key": key, "path": f"steps/{key.removeprefix('step-')}"})
+        data["steps.list"] = steps_list
+        items.append({"key": "steps.list", "path": "steps.list"})
     if len(nodes) > 1:
         for rank, own in enumerate(nodes):
             key = f"node-{rank}.env"
             data[key] = "".join(f"{k}={v}\n" for k, v in own.items())
             items.append({"key": key, "path": f"nodes/{rank}.env"})
     body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": _meta(f"{name}-files", inputs), "data": data}
+                            "metadata": _meta(f"{name}-files", inputs, settings), "data": data}
     if binary:
         body["binaryData"] = binary
     size = sum(len(k) + len(v.encode("utf-8")) for k, v in data.items()) + \
@@ -220,126 +224,67 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
 
-def secrets(name: str, inputs: JobInputs) -> list[dict[str, Any]]:
-    """The job's Secrets: the model's credential variables; the registry's pull credentials."""
+def secret_values(inputs: JobInputs) -> dict[str, str]:
+    """The values of the job's Secret: the model's credentials and its secret-looking variables."""
+    return split_secrets(model_variables(inputs), inputs.secret_env)[1]
+
+
+def secrets(name: str, inputs: JobInputs, settings: K8sSettings) -> list[dict[str, Any]]:
+    """The job's Secrets: the model's secret variables; the registry's pull credentials."""
     out = []
-    if inputs.secret_env:
-        out.append({"apiVersion": "v1", "kind": "Secret", "metadata": _meta(f"{name}-env", inputs), "type": "Opaque",
-                    "data": {key: _b64(value) for key, value in sorted(inputs.secret_env.items())}})
+    values = secret_values(inputs)
+    if values:
+        out.append({"apiVersion": "v1", "kind": "Secret", "metadata": _meta(f"{name}-env", inputs, settings),
+                    "type": "Opaque", "data": {key: _b64(value) for key, value in sorted(values.items())}})
     if inputs.registry_auth is not None:
         host, user, password = inputs.registry_auth
         auth = {"auths": {host: {"username": user, "password": password, "auth": _b64(f"{user}:{password}")}}}
-        out.append({"apiVersion": "v1", "kind": "Secret", "metadata": _meta(f"{name}-pull", inputs),
+        out.append({"apiVersion": "v1", "kind": "Secret", "metadata": _meta(f"{name}-pull", inputs, settings),
                     "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": _b64(json.dumps(auth))}})
     return out
 
 
-def service(name: str, inputs: JobInputs, port: int) -> dict[str, Any]:
+def service(name: str, inputs: JobInputs, settings: K8sSettings, port: int) -> dict[str, Any]:
     """The headless Service that gives every pod of the Indexed Job its DNS name (before the pods
     are ready: the rendezvous happens while they start)."""
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, inputs),
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, inputs, settings),
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {LABEL_JOB: name},
                      "ports": [{"name": "rendezvous", "port": port, "targetPort": port, "protocol": "TCP"}]}}
 
 
-def _env(inputs: JobInputs, shared: Mapping[str, str], secret_name: str) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "MAD_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "MAD_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "MAD_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-    ]
-    for key, value in {**shared, **inputs.env}.items():
-        if not ENV_NAME.match(key):
-            raise InputError(f"{key!r} is not a variable name Kubernetes accepts", field="docker_env_vars")
-        env.append({"name": key, "value": escape(value)})
-    for key in sorted(inputs.secret_env):
-        env.append({"name": key, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": key}}})
-    return env
-
-
-def _resources(settings: K8sSettings, inputs: JobInputs) -> dict[str, Any]:
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    for key, target, field in (("cpu", requests, "cpu"), ("memory", requests, "memory"),
-                               ("cpu_limit", limits, "cpu"), ("memory_limit", limits, "memory")):
-        if getattr(settings, key):
-            target[field] = getattr(settings, key)
-    if inputs.gpu_count and inputs.gpu_resource:
-        requests[inputs.gpu_resource] = limits[inputs.gpu_resource] = str(inputs.gpu_count)  # extended: equal
-    resources: dict[str, Any] = {}
-    if requests:
-        resources["requests"] = requests
-    if limits:
-        resources["limits"] = limits
-    return resources
-
-
-def _volumes(name: str, settings: K8sSettings, items: list[dict[str, str]]) -> tuple[list, list]:
-    volumes: list[dict[str, Any]] = [
-        {"name": "madengine", "configMap": {"name": f"{name}-files", "items": items, "defaultMode": 0o555}},
-        {"name": "workspace", "emptyDir": {}}]
-    mounts: list[dict[str, Any]] = [{"name": "madengine", "mountPath": FILES_MOUNT, "readOnly": True},
-                                    {"name": "workspace", "mountPath": CONTAINER_WORKSPACE}]
-    if settings.shm_size:
-        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}})
-        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
-    if settings.data_pvc:
-        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": settings.data_pvc, "readOnly": True}})
-        mounts.append({"name": "data", "mountPath": DATA_MOUNT, "readOnly": True})
-    if settings.results_pvc:
-        volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": settings.results_pvc}})
-        mounts.append({"name": "results", "mountPath": RESULTS_MOUNT})
-    return volumes, mounts
-
-
-def pod_spec(name: str, inputs: JobInputs, settings: K8sSettings, shared: Mapping[str, str],
-             items: list[dict[str, str]], multi_node: bool) -> dict[str, Any]:
-    volumes, mounts = _volumes(name, settings, items)
-    env = _env(inputs, shared, f"{name}-env")
-    if multi_node:  # the job controller sets it too; said here so the pod spec shows where the rank comes from
-        env.insert(0, {"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-            "fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}})
-    container: dict[str, Any] = {
-        "name": CONTAINER, "image": inputs.image, "imagePullPolicy": settings.image_pull_policy,
-        "command": list(COMMAND), "args": [escape(arg) for arg in inputs.argv], "workingDir": CONTAINER_WORKSPACE,
-        "env": env, "volumeMounts": mounts,
-        "securityContext": {"privileged": False, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}}}
-    resources = _resources(settings, inputs)
-    if resources:
-        container["resources"] = resources
-    spec: dict[str, Any] = {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                            "enableServiceLinks": False, "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-                            "containers": [container], "volumes": volumes}
-    if multi_node:
-        spec["subdomain"] = name
-    if settings.service_account:
-        spec["serviceAccountName"] = settings.service_account
-    if settings.host_ipc:
-        spec["hostIPC"] = True
-    if settings.host_network:
-        spec["hostNetwork"] = True
-        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    pull = [*settings.image_pull_secrets, *([f"{name}-pull"] if inputs.registry_auth is not None else [])]
-    if pull:
-        spec["imagePullSecrets"] = [{"name": secret} for secret in pull]
-    return spec
+def failure_policy() -> dict[str, Any]:
+    """Disruptions are not the model's failures; the model's own non-zero exit fails the Job at
+    once (a deterministic failure is not rerun); anything else counts against the backoff limit."""
+    return {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": DISRUPTION, "status": "True"}]},
+        {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn",
+                                              "values": [0, ENTRY_FAILURE]}},
+    ]}
 
 
 def job(name: str, inputs: JobInputs, settings: K8sSettings, pod: dict[str, Any], nnodes: int) -> dict[str, Any]:
+    template: dict[str, Any] = {"labels": _labels(name, inputs, settings)}
+    if settings.annotations:
+        template["annotations"] = dict(settings.annotations)
     spec: dict[str, Any] = {"completions": nnodes, "parallelism": nnodes, "backoffLimit": settings.backoff_limit,
-                            "template": {"metadata": {"labels": _labels(name, inputs)}, "spec": pod}}
+                            "podFailurePolicy": failure_policy(), "podReplacementPolicy": "Failed",
+                            "template": {"metadata": template, "spec": pod}}
     if nnodes > 1:
         spec["completionMode"] = "Indexed"
+        if settings.backoff_limit:  # a node's pod is retried on its own, the others keep running
+            spec["backoffLimitPerIndex"] = settings.backoff_limit
+            spec["maxFailedIndexes"] = 0
+            spec["backoffLimit"] = settings.backoff_limit * nnodes
+    if inputs.spec is not None and inputs.spec.launcher in SUCCESS_BY_INDEX_0 and nnodes > 1:
+        spec["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}
     if inputs.timeout:
         spec["activeDeadlineSeconds"] = inputs.timeout
     if settings.ttl_seconds_after_finished is not None:
         spec["ttlSecondsAfterFinished"] = settings.ttl_seconds_after_finished
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(name, inputs), "spec": spec}
+    meta = _meta(name, inputs, settings)
+    if settings.queue_name:
+        meta["labels"][QUEUE_LABEL] = settings.queue_name
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
 def render_job(inputs: JobInputs, settings: K8sSettings) -> JobPlan:
@@ -349,22 +294,26 @@ def render_job(inputs: JobInputs, settings: K8sSettings) -> JobPlan:
     launches = node_launches(spec, name, inputs, settings.cluster_domain) if spec is not None else []
     shared, own = split_env(launches) if launches else ({}, [])
     # the model's own variables (the context's docker_env_vars among them) win, as on docker
-    shared = {k: v for k, v in shared.items() if k not in inputs.env}
-    own = [{k: v for k, v in node.items() if k not in inputs.env} for node in own]
+    mine = model_variables(inputs)
+    shared = {k: v for k, v in shared.items() if k not in mine}
+    own = [{k: v for k, v in node.items() if k not in mine} for node in own]
     nnodes = spec.nnodes if spec is not None else 1
-    config, items = configmap(name, inputs, own, launches[0].files if launches else {})
-    objects = [*secrets(name, inputs), config]
+    ranks = launches[0].nproc_per_node if launches else max(1, inputs.gpu_count)
+    config, items = configmap(name, inputs, settings, own, launches[0].files if launches else {})
+    objects = [*secrets(name, inputs, settings), config]
     if nnodes > 1:
-        objects.append(service(name, inputs, spec.master_port or DEFAULT_PORT))  # type: ignore[union-attr]
-    pod = pod_spec(name, inputs, settings, shared, items, nnodes > 1)
+        objects.append(service(name, inputs, settings, spec.master_port or DEFAULT_PORT))  # type: ignore[union-attr]
+    pod = pod_spec(name, inputs, settings, shared, items, nnodes, ranks, sorted(secret_values(inputs)))
     objects.append(job(name, inputs, settings, pod, nnodes))
     return JobPlan(name=name, model_name=inputs.model_name, label=inputs.label, image=inputs.image,
                    namespace=inputs.namespace, nnodes=nnodes, launcher=spec.launcher if spec is not None else "",
                    nproc_per_node=launches[0].nproc_per_node if launches else 1, objects=objects,
                    gpu_count=inputs.gpu_count, gpu_resource=inputs.gpu_resource,
                    secrets=tuple(o["metadata"]["name"] for o in objects if o["kind"] == "Secret"),
-                   dockerfile=inputs.dockerfile, image_id=inputs.image_id)
+                   dockerfile=inputs.dockerfile, image_id=inputs.image_id, allowed=allowed(settings, inputs),
+                   grace=pod["terminationGracePeriodSeconds"])
 
 
-__all__ = ["COMMAND", "CONFIGMAP_LIMIT", "DATA_MOUNT", "FILES_MOUNT", "INDEX_ANNOTATION", "JobInputs", "JobPlan",
-           "LABEL_JOB", "LABEL_MODEL", "LABEL_RUN", "RESULTS_MOUNT", "escape", "job_name", "node_host", "render_job"]
+__all__ = ["COMMAND", "CONFIGMAP_LIMIT", "DATA_MOUNT", "DISRUPTION", "FILES_MOUNT", "INDEX_ANNOTATION", "JobInputs",
+           "JobPlan", "LABEL_JOB", "LABEL_MODEL", "LABEL_RUN", "QUEUE_LABEL", "RESULTS_MOUNT", "escape", "job_name",
+           "node_host", "render_job"]

@@ -68,8 +68,7 @@ def _check_options(options: RunOptions, models: list[Model]) -> None:
                          path="--repeat" if options.repeat not in (None, 1) else "--warmup-runs")
     for flag, on in (("--keep-alive", options.keep_alive), ("--generate-sys-env-details",
                                                             options.generate_sys_env_details),
-                     ("--force-mirror-local", options.force_mirror_local), ("--tools-json-file-name",
-                                                                            options.tools_json_file_name)):
+                     ("--force-mirror-local", options.force_mirror_local)):
         if on:
             raise InputError(f"{flag} does not apply to --executor k8s", path=flag)
     for model in models:
@@ -111,9 +110,25 @@ def _registry_auth(request: K8sRun, environ: Any) -> tuple[str, str, str] | None
     return (transport.registry_host(registry), auth.username, auth.password) if auth is not None else None
 
 
+def check_non_root(image: ImageChoice, model: Model, settings: K8sSettings,
+                   inspect_user: Callable[[str], str | None]) -> None:
+    """``run_as_non_root`` with an image that runs as root (when this host can inspect the image,
+    and ``run_as_user`` does not choose another user): every pod would be refused its container."""
+    if not settings.run_as_non_root or settings.run_as_user is not None:
+        return
+    user = inspect_user(image.reference)
+    if user is not None and user.split(":")[0] in ("", "0", "root"):
+        raise InputError(f"image {image.reference} of model '{model.name}' runs as root (its USER is "
+                         f"{user or 'unset'}), so the kubelet would refuse to start it", path="context",
+                         field="k8s.run_as_non_root",
+                         hint="set k8s.run_as_user to a non-zero user id, give the image a USER, or drop "
+                              "run_as_non_root")
+
+
 def plan_k8s_run(request: K8sRun, host: Host, run_id: str, namespace: str | None = None,
-                 check_images: bool = True) -> K8sPlan:
-    """Every selected model's objects, rendered and checked; InputError (exit 2) for bad input."""
+                 check_images: bool = True, inspect_user: Callable[[str], str | None] | None = None) -> K8sPlan:
+    """Every selected model's objects, rendered and checked; InputError (exit 2) for bad input.
+    ``inspect_user``: an image's USER when this host has the image (None when it cannot tell)."""
     options = request.run
     context = k8s_context(options.context_file, options.context_string)
     settings = settings_of(context)
@@ -132,20 +147,25 @@ def plan_k8s_run(request: K8sRun, host: Host, run_id: str, namespace: str | None
                 check_pullable(image, model, settings)
             elif is_local_only(image.reference) and settings.image_pull_policy != "Never":
                 plan.warnings.append(image.reference)
-            inputs = job_inputs(model, image, context=context, settings=settings, root=request.catalog.root,
-                                namespace=namespace, run_id=run_id, timeout=options.timeout_for(model.timeout),
-                                secret_env=secrets.get(model.name), registry_auth=auth)
+            inputs, tools = job_inputs(model, image, context=context, settings=settings, root=request.catalog.root,
+                                       namespace=namespace, run_id=run_id, timeout=options.timeout_for(model.timeout),
+                                       secret_env=secrets.get(model.name), registry_auth=auth,
+                                       tools_json=options.tools_json_file_name)
+            if inspect_user is not None:
+                check_non_root(image, model, settings, inspect_user)
             job = render_job(inputs, settings)
-            check_plan(job, settings)
+            check_plan(job)
+            job.finalizers = tools.finalizers
             plan.jobs.append((model, image, job))
     return plan
 
 
 def render_to_folder(request: K8sRun, host: Host, folder: Path, reporter: Reporter, run_id: str = "render",
-                     include_secrets: bool = False) -> list[Path]:
+                     include_secrets: bool = False, inspect_user: Callable[[str], str | None] | None = None) \
+        -> list[Path]:
     """``madengine k8s render``: every job's objects as YAML files under ``folder`` (Secrets only
     with ``include_secrets``: they hold credentials)."""
-    plan = plan_k8s_run(request, host, run_id, check_images=False)
+    plan = plan_k8s_run(request, host, run_id, check_images=False, inspect_user=inspect_user)
     if plan.warnings:
         reporter.message(f"madengine: warning: {len(plan.warnings)} image(s) are only on this host ("
                          f"{', '.join(plan.warnings[:3])}{', ...' if len(plan.warnings) > 3 else ''}): push them with "
@@ -194,7 +214,8 @@ class PreparedRun:
     api: Any
 
 
-def prepare_run(request: K8sRun, host: Host, run_id: str) -> PreparedRun:
+def prepare_run(request: K8sRun, host: Host, run_id: str,
+                inspect_user: Callable[[str], str | None] | None = None) -> PreparedRun:
     """Every check before a run starts (exit 2): the ``k8s`` block, the cluster, each model's job,
     the GPUs a node can give."""
     from madengine.k8s.client import KubeApi
@@ -205,7 +226,7 @@ def prepare_run(request: K8sRun, host: Host, run_id: str) -> PreparedRun:
     check_context_applies(context)
     _check_options(request.run, request.models)
     target = resolve_cluster(settings, host.environ)
-    plan = plan_k8s_run(request, host, run_id, namespace=target.namespace)
+    plan = plan_k8s_run(request, host, run_id, namespace=target.namespace, inspect_user=inspect_user)
     api = KubeApi(target)
     api.check_access(plan.namespace, f"{LABEL_RUN}={run_id}")
     _check_gpus(api, plan)

@@ -11,7 +11,11 @@ log into the run folder, and as each job ends record its row and delete what it 
   timeout passed. Then its rows (:mod:`madengine.k8s.collect`), then clean-up: the Job with
   Foreground propagation (its pods go first), its ConfigMap, Secrets and Service.
 * **Ctrl-C / SIGTERM** (and any error): every job still running is deleted the same way and waited
-  for (bounded), and gets a FAILURE row saying so; nothing is left on the cluster.
+  for (its pods' grace period: the model's trap runs and the results are copied), and gets a
+  FAILURE row saying so; nothing is left on the cluster.
+* **Queued**: a Job created suspended (Kueue holds it until its queue admits it) is "queued"; its
+  timeout counts from its admission. A pod Kubernetes stopped and made again (a preemption, an
+  eviction: ``DisruptionTarget``) is a note of the row, not a failure.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from madengine.core.events import MODEL, PHASE, RESULT, Progress, Reporter
 from madengine.core.redact import redact
 from madengine.k8s.client import Expired, KubeApi
 from madengine.k8s.collect import job_records
-from madengine.k8s.pods import JobState, PodState, containers_time, final_pods, job_state, pod_state
+from madengine.k8s.pods import JobState, PodState, containers_time, disruptions, final_pods, job_state, pod_state
 from madengine.k8s.render import LABEL_JOB, LABEL_RUN, JobPlan
 from madengine.results import PerfRecord, RecordFactory
 
@@ -108,6 +112,8 @@ class JobRun:
     blocked_since: dict[str, float] = dataclasses.field(default_factory=dict)
     phase: str = ""
     done: bool = False
+    #: when the Job was last seen suspended (queued by Kueue): its timeout counts from its admission
+    queued_until: float = 0.0
 
     @property
     def folder_name(self) -> str:
@@ -151,6 +157,10 @@ class K8sSession:
             self._finish(run, JobState(finished=True, failed=True), verdict=f"not submitted: {exc}")
             return
         self._phase(run, "pending")
+        try:
+            self._check(run)  # a queue (Kueue) may hold it: "queued", its timeout not running yet
+        except ServiceError:
+            pass  # the watch checks it again
 
     # -- watch ---------------------------------------------------------------------------------
     def active(self) -> list[JobRun]:
@@ -199,12 +209,7 @@ class K8sSession:
         if run is None or run.done:
             return run
         run.pods[pod.name] = pod
-        if pod.has_log and pod.name not in run.taps:
-            live = (lambda line, key=f"{run.model.tagged_name}/{pod.rank}": self.reporter.output(key, line)) \
-                if self.live_output else None
-            tap = LogTap(self.api, self.namespace, pod.name, self.run_dir / run.folder_name / f"{pod.name}.log", live)
-            run.taps[pod.name] = tap
-            tap.start()
+        self._tap(run, pod)
         if pod.blocked():
             run.blocked_since.setdefault(pod.name, self.clock())
         else:
@@ -213,6 +218,15 @@ class K8sSession:
             self._phase(run, "running")
         return run
 
+    def _tap(self, run: JobRun, pod: PodState) -> None:
+        """Follow the log of a pod whose container started (once)."""
+        if pod.has_log and pod.name not in run.taps:
+            live = (lambda line, key=f"{run.model.tagged_name}/{pod.rank}": self.reporter.output(key, line)) \
+                if self.live_output else None
+            tap = LogTap(self.api, self.namespace, pod.name, self.run_dir / run.folder_name / f"{pod.name}.log", live)
+            run.taps[pod.name] = tap
+            tap.start()
+
     def _check(self, run: JobRun) -> None:
         """End the job when its controller says so, or when madengine must stop it."""
         state = job_state(self.api.read("Job", run.plan.name, self.namespace))
@@ -220,6 +234,10 @@ class K8sSession:
             self._finish(run, state)
             return
         now = self.clock()
+        if state.suspended:
+            run.queued_until = now
+            self._phase(run, "queued")
+            return
         for name, since in run.blocked_since.items():
             if now - since >= self.pending_timeout:
                 pod = run.pods[name]
@@ -227,7 +245,7 @@ class K8sSession:
                 waited = f" for {now - since:.0f} s" if self.pending_timeout else ""
                 self._finish(run, state, verdict=f"{who}: {pod.blocked()}{waited} (k8s.pending_timeout)")
                 return
-        if run.timeout and now - run.submitted > run.timeout + TIMEOUT_GRACE:
+        if run.timeout and now - max(run.submitted, run.queued_until) > run.timeout + TIMEOUT_GRACE:
             self._finish(run, state, verdict=f"timeout: the job ran longer than {run.timeout} s; madengine "
                                              "stopped it")
 
@@ -281,7 +299,8 @@ class K8sSession:
         pods = final_pods(run.pods)
         logs = self._logs(run, pods)
         return job_records(self.records, run.model, run.plan, state, pods, logs, folder=self.run_dir / run.folder_name,
-                           timeout=run.timeout, verdict=verdict, duration=containers_time(pods))
+                           timeout=run.timeout, verdict=verdict, duration=containers_time(pods),
+                           notes=disruptions(run.pods, pods))
 
     def _record(self, run: JobRun, records: list[PerfRecord]) -> None:
         for record in records:
@@ -299,8 +318,8 @@ class K8sSession:
         for obj in plan.objects:
             if obj["kind"] != "Job":
                 self.api.delete(obj["kind"], obj["metadata"]["name"], self.namespace, "Foreground")
-        if wait:
-            self.api.wait_gone("Job", plan.name, self.namespace, GONE_WAIT)
+        if wait:  # its pods stop within their grace period: the model's, then the copy of its results
+            self.api.wait_gone("Job", plan.name, self.namespace, max(GONE_WAIT, plan.grace + TIMEOUT_GRACE))
 
     def abort(self, exc: BaseException) -> None:
         """Ctrl-C, SIGTERM or an error: every job still running is deleted (and waited for), then
@@ -309,6 +328,9 @@ class K8sSession:
         runs = self.active()
         for run in runs:
             run.done = True
+            self._refresh(run)  # pods the watch has not shown yet: their logs are followed while they stop
+            for pod in list(run.pods.values()):
+                self._tap(run, pod)
         for run in runs:
             self.reporter.message(f"madengine: deleting k8s job {self.namespace}/{run.plan.name} ({reason})")
             for _ in range(3):

@@ -55,6 +55,33 @@ class _LocalBuilds:
         return ""
 
 
+class _ImageUsers:
+    """An image's USER as this host's Docker engine has it; None when there is no engine or the
+    image is not here (``k8s.run_as_non_root`` is then checked by the kubelet only)."""
+
+    def __init__(self, environ: Any) -> None:
+        self.environ = environ
+        self.engine: Any = None
+        self.tried = False
+
+    def __call__(self, reference: str) -> str | None:
+        from madengine.execution.engine import EngineError
+        from madengine.pipeline.executors import connect_docker
+
+        if not self.tried:
+            self.tried = True
+            try:
+                self.engine = connect_docker(self.environ)
+            except MadEngineError:
+                self.engine = None
+        if self.engine is None:
+            return None
+        try:
+            return str((self.engine.inspect_image(reference).get("Config") or {}).get("User") or "")
+        except (EngineError, MadEngineError, OSError):
+            return None
+
+
 def render_k8s(request: RunRequest, host: Host, reporter: Reporter, folder: Path,
                include_secrets: bool = False) -> list[Path]:
     """``madengine k8s render``: the selected models' objects as YAML files under ``folder``."""
@@ -64,7 +91,7 @@ def render_k8s(request: RunRequest, host: Host, reporter: Reporter, folder: Path
     selection = select(options.tags, request.transport.manifest_file,
                        Path(options.root) if options.root else model_root(host.environ))
     return render_to_folder(_request(request, host, selection), host, folder, reporter,
-                            include_secrets=include_secrets)
+                            include_secrets=include_secrets, inspect_user=_ImageUsers(host.environ))
 
 
 def run_on_k8s(request: RunRequest, host: Host, reporter: Reporter, selection: Selection, record: Any,
@@ -80,10 +107,11 @@ def run_on_k8s(request: RunRequest, host: Host, reporter: Reporter, selection: S
     summary = RunSummary(run_id=run_id, executor="k8s", perf_csv=Path(options.output), run_dir=run_dir)
     k8s_request = _request(request, host, selection)
     if request.slurm.dry_run:
-        written = render_to_folder(k8s_request, host, run_dir / "k8s", reporter, run_id)
+        written = render_to_folder(k8s_request, host, run_dir / "k8s", reporter, run_id,
+                                   inspect_user=_ImageUsers(host.environ))
         reporter.data("\n".join(str(path) for path in written))
         return summary
-    prepared = prepare_run(k8s_request, host, run_id)
+    prepared = prepare_run(k8s_request, host, run_id, inspect_user=_ImageUsers(host.environ))
     for warning in prepared.plan.context.warnings():
         reporter.message(f"madengine: warning: {warning}")
     tracer = start_tracer(options, host.environ, reporter.message, run_id)

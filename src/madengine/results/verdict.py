@@ -1,0 +1,176 @@
+"""A model's rows from what its model step printed and how it exited: the one set of rules of every
+executor (the runner's docker and local runs, and a Kubernetes job's pod, :mod:`madengine.k8s.collect`).
+
+* a model step that exited non-zero is a FAILURE whose reason says the exit code and the model's last
+  words (:func:`exit_reason`);
+* otherwise each kept run's output must hold a ``performance: <number> <metric>`` line (the last one
+  counts): SUCCESS with the figure (several runs: their median and spread,
+  :mod:`madengine.results.samples`), else FAILURE ``no performance figure``;
+* a ``multiple_results`` model gives one row per result of its CSV (:func:`read_table`), SUCCESS
+  when the row has a number;
+* the precision the model reported (``training_precision: <name>``) wins over models.json's
+  declaration, with a note when they differ (:func:`precision_columns`).
+
+Pure: the callers read the files and logs, and decide what a run's values (artifacts, images,
+durations) are. ``model`` is any object with a catalog model's fields (``name``,
+``multiple_results``, ``training_precision``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from madengine.core.errors import MadEngineError
+from madengine.results.columns import Status
+from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
+from madengine.results.record import PerfRecord, RecordFactory
+from madengine.results.samples import parse_samples, sample_columns, sample_warnings
+
+NO_FIGURE = "the script printed no 'performance: <number> <metric>' line"
+_PRECISION_LINE = re.compile(r"^\s*training_precision:\s*([A-Za-z][A-Za-z0-9_+.-]{0,31})\s*$", re.MULTILINE)
+#: spellings of one precision (torch's dtype names, numpy's, the short ones)
+_SAME_PRECISION = {"float32": "fp32", "f32": "fp32", "float": "fp32", "float16": "fp16", "f16": "fp16",
+                   "half": "fp16", "bfloat16": "bf16", "float64": "fp64", "f64": "fp64", "double": "fp64"}
+#: the columns of a ``multiple_results`` row that are not extra columns
+_TABLE_COLUMNS = ("model", "performance", "metric", "status")
+
+
+def last_meaningful_line(output: str, limit: int = 200) -> str:
+    """What a failing model said last (an exception's message, an error line), for its reason."""
+    for line in reversed(output.splitlines()):
+        text = line.strip()
+        if not text or text.startswith(("performance:", "===", "File \"", "Traceback")) or \
+                not any(c.isalnum() for c in text):
+            continue
+        return text if len(text) <= limit else text[:limit - 1] + "…"
+    return ""
+
+
+def exit_reason(exit_code: int, output: str, *, which: str = "", where: str = "", cause: str = "") -> str:
+    """Why a model step that exited non-zero failed: ``model script[ which] exited with code N[
+    (where)]: <its last words>``; ``cause`` (a kill the executor saw: 'killed by SIGSEGV') replaces
+    the first part; ``where`` names the pod or node."""
+    head = f"{cause} (exit code {exit_code})" if cause else f"model script{which} exited with code {exit_code}"
+    if where:
+        head = f"{head} ({where})"
+    said = last_meaningful_line(output)
+    return f"{head}: {said}" if said else head
+
+
+def step_reason(name: str, exit_code: int, cause: str = "") -> str:
+    """Why a step around the model step (a tool's or a pre/post script) failed."""
+    return f"{cause} (exit code {exit_code})" if cause else f"{name} failed with exit code {exit_code}"
+
+
+def reported_precision(output: str) -> str:
+    """The precision the model said it ran at (its last ``training_precision: <name>`` line), or ''."""
+    found = _PRECISION_LINE.findall(output or "")
+    return found[-1] if found else ""
+
+
+def precision_columns(declared: str, reported: str) -> tuple[dict[str, str], list[str]]:
+    """``training_precision`` and ``precision_source`` of a row, and a note when the model
+    contradicts models.json: what it reported wins, the declaration is named in the note."""
+    if reported:
+        notes = [f"models.json declares training_precision {declared} but the model reported {reported}"] \
+            if declared and _canonical(declared) != _canonical(reported) else []
+        return {"training_precision": reported, "precision_source": "reported"}, notes
+    return {"training_precision": declared, "precision_source": "declared" if declared else ""}, []
+
+
+def _canonical(precision: str) -> str:
+    name = precision.strip().lower()
+    return _SAME_PRECISION.get(name, name)
+
+
+def read_table(path: Path, name: str) -> list[dict[str, str]] | str:
+    """The rows of a ``multiple_results`` CSV the model wrote, or the FAILURE reason when there are none."""
+    try:
+        rows = parse_multiple_results(path)
+    except MadEngineError as exc:
+        return f"multiple_results: {exc}"
+    return rows if rows else f"multiple_results: {name} has no rows"
+
+
+def model_records(factory: RecordFactory, model: Any, outputs: Sequence[str], values: Mapping[str, Any], *,
+                  tables: Sequence[Sequence[Mapping[str, str]]] = (), warmup: int = 0,
+                  figure_optional: bool = False) -> list[PerfRecord]:
+    """The rows of a model whose step ended well, from each kept run's output (and, for a
+    ``multiple_results`` model, each run's CSV rows). ``figure_optional``: a node of several whose
+    job row is made elsewhere (it may print no figure)."""
+    if model.multiple_results:
+        return _table_records(factory, model, outputs, tables, values, warmup)
+    figures = [parse_performance(output) for output in outputs]
+    missing = [i for i, figure in enumerate(figures, start=1) if figure is None]
+    if len(missing) == len(figures) and figure_optional:
+        return [factory.for_model(model, Status.SUCCESS, **_fresh(values))]
+    if missing or not figures:
+        which = f" (repeat {missing[0]} of {len(figures)})" if len(figures) > 1 else ""
+        return [factory.failure(model, f"no performance figure{which}: {NO_FIGURE}", **_fresh(values))]
+    record = factory.for_model(model, Status.SUCCESS, metric=figures[-1].metric, **_fresh(values),
+                               **_samples([f.value for f in figures], warmup))  # type: ignore[union-attr]
+    _describe_success(record, model, outputs[-1])
+    return [record]
+
+
+def _table_records(factory: RecordFactory, model: Any, outputs: Sequence[str],
+                   tables: Sequence[Sequence[Mapping[str, str]]], values: Mapping[str, Any],
+                   warmup: int) -> list[PerfRecord]:
+    """One row per result name of the CSV, its samples taken from every kept run."""
+    records = []
+    for name, rows in _by_result_name(tables).items():
+        mine = _fresh(values)
+        mine["extra"].update({k: v for k, v in rows[-1].items() if k not in _TABLE_COLUMNS})
+        numbers = [as_number(row.get("performance", "")) for row in rows]
+        record = factory.for_model(model, Status.SUCCESS, metric=rows[-1].get("metric", ""), **mine)
+        record.model = f"{model.name}_{name}"
+        if None in numbers or len(numbers) < len(tables):
+            record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number" \
+                if None in numbers else f"multiple_results row {name!r} is missing from some repeats"
+        else:
+            for key, value in _samples(numbers, warmup).items():  # type: ignore[arg-type]
+                setattr(record, key, value)
+            _describe_success(record, model, outputs[-1] if outputs else "")
+        records.append(record)
+    return records
+
+
+def _fresh(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's values for one row: its own ``extra`` and ``artifacts`` (rows never share them)."""
+    out = dict(values)
+    out["extra"] = dict(values.get("extra") or {})
+    if isinstance(out.get("artifacts"), list):
+        out["artifacts"] = list(out["artifacts"])
+    return out
+
+
+def _samples(values: Sequence[float], warmup: int) -> dict[str, Any]:
+    """The ``perf_*`` columns; one sample keeps its figure exactly as the model printed it."""
+    columns = sample_columns(values, warmup)
+    if len(values) == 1:
+        columns["performance"] = values[0]
+    return columns
+
+
+def _describe_success(record: PerfRecord, model: Any, output: str) -> None:
+    """The precision the model reported, and the notes of a figure not to trust as it is."""
+    columns, notes = precision_columns(model.training_precision, reported_precision(output))
+    for key, value in columns.items():
+        setattr(record, key, value)
+    samples = parse_samples(record.perf_samples) if record.perf_samples else []
+    record.add_warnings(sample_warnings(samples) + notes)
+
+
+def _by_result_name(tables: Sequence[Sequence[Mapping[str, str]]]) -> dict[str, list[Mapping[str, str]]]:
+    """The rows of every run's CSV grouped by result name, in first-seen order."""
+    grouped: dict[str, list[Mapping[str, str]]] = {}
+    for table in tables:
+        for row in table:
+            grouped.setdefault(row.get("model", ""), []).append(row)
+    return grouped
+
+
+__all__ = ["NO_FIGURE", "exit_reason", "last_meaningful_line", "model_records", "precision_columns", "read_table",
+           "reported_precision", "step_reason"]
