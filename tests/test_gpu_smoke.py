@@ -58,7 +58,7 @@ def test_gpu_smoke_runs_every_step_on_the_cpu_here(wheels, tmp_path):
     sampler = [line for line in summary.splitlines() if line.startswith("GPU sampler:")]
     assert len(sampler) == 1 and "skipped, no GPU monitoring backend answers here" in sampler[0]
     doctor = json.loads((out / "doctor.json").read_text())
-    assert doctor["exit_code"] == 0 and {"docker", "collective", "model pyt_resnet50_train"} <= {
+    assert doctor["exit_code"] == 0 and {"docker", "collective", "model pyt_bert_inference"} <= {
         check["name"] for check in doctor["checks"]}
     rows = read_rows(out / "perf.csv")
     assert {row["status"] for row in rows} == {"SUCCESS"}, [(r["model"], r["reason"]) for r in rows]
