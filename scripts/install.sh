@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-all}"
 lock=requirements/py311-linux-x86_64.txt
-venv="${MADENGINE_VENV:-$PWD/.venv}"
+venv=$(realpath -m "${MADENGINE_VENV:-$PWD/.venv}")  # absolute: the link on PATH points at it from anywhere
 base_python="${MADENGINE_PYTHON:-python3}"
 
 have_venv_module() { "$base_python" -c 'import venv, ensurepip' >/dev/null 2>&1; }

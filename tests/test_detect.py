@@ -90,3 +90,22 @@ def test_detects_amd_host_with_rocminfo_only(fake_path):
 def test_cpu_host_is_first_class(fake_path):
     info = detect.detect_gpus()
     assert info.vendor == "CPU" and info.count == 0 and info.architecture == os.uname().machine
+
+
+def test_driver_versions_of_both_vendors(fake_path, tmp_path):
+    _fake_tool(fake_path, "nvidia-smi", "nvidia-smi-query.txt")
+    assert detect.detect_gpus().driver_version == "550.54.15"
+    module = tmp_path / "sys" / "module" / "amdgpu"
+    module.mkdir(parents=True)
+    (module / "version").write_text("6.7.0\n")
+    assert detect.amd_driver_version(str(tmp_path / "sys")) == "6.7.0"
+    assert detect.amd_driver_version(str(tmp_path / "no-sys")) == ""  # a driver built into the kernel
+
+
+def test_rows_carry_the_driver_version(fake_path):
+    from madengine.context import build_context
+
+    _fake_tool(fake_path, "nvidia-smi", "nvidia-smi-query.txt")
+    summary = build_context().summary()
+    assert (summary["gpu_vendor"], summary["system_ngpus"], summary["gpu_driver_version"]) == ("NVIDIA", 4, "550.54.15")
+    assert summary["gpu_product_name"] == summary["gpu_architecture"] == "NVIDIA H100 80GB HBM3"

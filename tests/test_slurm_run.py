@@ -457,3 +457,13 @@ def _wait_for(condition, timeout: float = 120) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.2)
+
+
+def test_doctor_asks_the_cluster(slurm_cluster):
+    """``madengine doctor --executor slurm``: sinfo of this cluster, partitions and node states."""
+    done = run_process("doctor", "--json", "--no-collective", "--executor", "slurm", env=slurm_cluster.env)
+    assert "Traceback" not in done.stderr
+    slurm = next(check for check in json.loads(done.stdout)["checks"] if check["name"] == "slurm")
+    assert slurm["status"] == "PASS", slurm
+    assert {"debug*", "multi", "slow"} == set(slurm["data"]["partitions"])
+    assert sum(slurm["data"]["partitions"]["multi"].values()) == 2 and slurm["summary"].startswith("sinfo answers: ")

@@ -27,9 +27,9 @@ STACK_CONTEXT = ("{'tools': [{'name': 'tooltest_a'}, {'name': 'tooltest_b', 'env
 STACK_MARKERS = ["pre_B", "pre_A", "ctx_pre", "cmd_B", "cmd_A", "model A=alpha B=ctx_beta SHARED=from_b",
                  "ctx_post", "post_A", "post_B"]
 FAKE_NVIDIA_SMI = """
-echo "index, power.draw [W], memory.used [MiB], memory.total [MiB]"
-echo "0, 300.50, 1024, 81559"
-echo "1, 100.25, 2048, 81559"
+echo "index, power.draw [W], memory.used [MiB], memory.total [MiB], utilization.gpu [%]"
+echo "0, 300.50, 1024, 81559, 97"
+echo "1, 100.25, 2048, 81559, 3"
 """
 FAKE_PROFILER = """
 # Stand-in for nsys / rocprofv3: takes the options they are given, runs the app, writes a report.
@@ -167,6 +167,7 @@ def test_local_gpu_profilers_with_a_stand_in_nvidia_smi(model_repo, cli, monkeyp
     row = rows["tooltests/busy"]
     assert float(row["power_mean_w"]) == 400.75 and float(row["power_peak_w"]) == 400.75
     assert float(row["vram_peak_mb"]) == 3072.0
+    assert float(row["gpu_util_mean"]) == 50.0 and float(row["gpu_util_peak"]) == 50.0
     files = artifacts(row)
     samples = read_rows(files["gpu_info_power_profiler_output.csv"])
     assert len(samples) >= 4 and {s["device"] for s in samples} == {"0", "1"}

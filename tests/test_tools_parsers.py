@@ -41,7 +41,8 @@ def fake_tool(bin_dir: Path, name: str, script: str) -> None:
 def test_nvidia_smi_csv_nounits():
     readings = gpu.parse_nvidia_smi_csv(recorded("nvidia_smi_h100_nounits.csv"))
     assert len(readings) == 8
-    assert readings[0] == {"device": 0, "power_w": 698.41, "vram_used_mb": 70913.0, "vram_total_mb": 81559.0}
+    assert readings[0] == {"device": 0, "power_w": 698.41, "vram_used_mb": 70913.0, "vram_total_mb": 81559.0,
+                           "gpu_util_pct": None}
     assert readings[7]["power_w"] == 112.47
 
 
@@ -53,13 +54,15 @@ def test_nvidia_smi_csv_with_units_and_not_available():
 
 def test_nvidia_smi_csv_without_header():
     (reading,) = gpu.parse_nvidia_smi_csv(recorded("nvidia_smi_noheader.csv"))
-    assert reading == {"device": 0, "power_w": 74.21, "vram_used_mb": 0.0, "vram_total_mb": 143771.0}
+    assert reading == {"device": 0, "power_w": 74.21, "vram_used_mb": 0.0, "vram_total_mb": 143771.0,
+                       "gpu_util_pct": None}
 
 
 def test_amd_smi_csv_current_names():
     readings = gpu.parse_amd_smi_csv(recorded("amd_smi_metric_mi300x.csv"))
     assert [r["device"] for r in readings] == [0, 1, 2, 3]
-    assert readings[0] == {"device": 0, "power_w": 712.0, "vram_used_mb": 151231.0, "vram_total_mb": 196592.0}
+    assert readings[0] == {"device": 0, "power_w": 712.0, "vram_used_mb": 151231.0, "vram_total_mb": 196592.0,
+                           "gpu_util_pct": None}
 
 
 def test_amd_smi_csv_rocm61_names_and_secondary_die():
@@ -91,8 +94,25 @@ def test_gpu_summary_sums_devices_per_sample():
             {"sample": "1", "power_w": "500", "vram_used_mb": "2000"},
             {"sample": "1", "power_w": "", "vram_used_mb": "1000"}]
     assert gpu.summarise(rows) == {"power_mean_w": 450.0, "power_peak_w": 500.0, "vram_peak_mb": 3000.0,
-                                   "gpu_samples": 2}
+                                   "gpu_util_mean": "", "gpu_util_peak": "", "gpu_samples": 2}
     assert gpu.summarise([])["power_mean_w"] == ""
+
+
+def test_utilisation_of_each_backend():
+    nvidia = gpu.parse_nvidia_smi_csv(recorded("nvidia_smi_h100_util.csv"))
+    assert [r["gpu_util_pct"] for r in nvidia] == [98.0, 0.0] and nvidia[0]["vram_used_mb"] == 70913.0
+    amd = gpu.parse_amd_smi_csv(recorded("amd_smi_metric_usage_mi300x.csv"))
+    assert [(r["gpu_util_pct"], r["power_w"], r["vram_used_mb"]) for r in amd] == [(97.0, 712.0, 151231.0),
+                                                                                  (3.0, 140.0, 283.0)]
+    rocm = gpu.parse_rocm_smi_json(recorded("rocm_smi_use_mi300x.json"))
+    assert [r["gpu_util_pct"] for r in rocm] == [97.0, 0.0]
+
+
+def test_utilisation_summary_is_the_devices_mean_per_sample():
+    rows = [{"sample": "0", "gpu_util_pct": "100"}, {"sample": "0", "gpu_util_pct": "0"},
+            {"sample": "1", "gpu_util_pct": "90"}, {"sample": "1", "gpu_util_pct": ""}]
+    summary = gpu.summarise(rows)
+    assert (summary["gpu_util_mean"], summary["gpu_util_peak"]) == (70.0, 90.0)
 
 
 def test_backend_choice_and_sampling_loop(tmp_path):

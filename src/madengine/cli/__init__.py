@@ -22,8 +22,8 @@ from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, inter
 from madengine.core.redact import redact
 from madengine.core.values import PART_LIMIT
 
-COMMANDS = ("run", "build", "discover", "report", "database", "bench", "scorecard", "cache", "clean", "k8s",
-            "completion")
+COMMANDS = ("run", "build", "discover", "doctor", "report", "database", "bench", "scorecard", "cache", "clean",
+            "k8s", "completion")
 
 EXIT_CODES_HELP = """exit codes:
   0    success: everything selected ran (or was skipped on purpose) and succeeded

@@ -263,8 +263,8 @@ class Context:
     def summary(self) -> dict[str, Any]:
         """The values that describe where a result was measured, and the user's free-form ``extra``
         values (recorded with every row)."""
-        keys = ("gpu_vendor", "gpu_architecture", "gpu_product_name", "system_ngpus", "host_os", "guest_os",
-                PASS_THROUGH)
+        keys = ("gpu_vendor", "gpu_architecture", "gpu_product_name", "gpu_driver_version", "system_ngpus", "host_os",
+                "guest_os", PASS_THROUGH)
         return {k: self.values[k] for k in keys if k in self.values}
 
     def warnings(self) -> list[str]:
@@ -279,6 +279,7 @@ def detected_values() -> dict[str, Any]:
         "gpu_vendor": gpus.vendor,
         "gpu_architecture": gpus.architecture,
         "gpu_product_name": gpus.product_name,
+        "gpu_driver_version": gpus.driver_version,
         "system_ngpus": gpus.count,
         "host_os": detect_host_os(),
         "guest_os": DEFAULT_GUEST_OS,

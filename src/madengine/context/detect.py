@@ -99,7 +99,8 @@ def _run(argv: list[str], timeout: float = 20.0) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _rocm_tool(name: str) -> str | None:
+def rocm_tool(name: str) -> str | None:
+    """A ROCm tool on PATH, else in ``$ROCM_PATH/bin`` (``/opt/rocm/bin``)."""
     rocm = os.environ.get("ROCM_PATH", "/opt/rocm")
     for candidate in (shutil.which(name), f"{rocm}/bin/{name}"):
         if candidate and os.access(candidate, os.X_OK):
@@ -119,13 +120,22 @@ def detect_nvidia() -> GpuInfo | None:
     return GpuInfo(NVIDIA, len(names), names[0], names[0]) if names else None
 
 
+def amd_driver_version(sys_root: str = "/sys") -> str:
+    """The amdgpu kernel module's version as sysfs gives it (the ROCm/DKMS driver writes one; a
+    driver built into the kernel has none: then '')."""
+    try:
+        return Path(sys_root, "module", "amdgpu", "version").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def detect_amd() -> GpuInfo | None:
     count = 0
-    amd_smi = _rocm_tool("amd-smi")
+    amd_smi = rocm_tool("amd-smi")
     if amd_smi:
         count = parse_amd_smi_list(_run([amd_smi, "list"]) or "")
     product = ""
-    rocm_smi = _rocm_tool("rocm-smi")
+    rocm_smi = rocm_tool("rocm-smi")
     if rocm_smi:
         text = _run([rocm_smi, "--showproductname"]) or ""
         count = count or parse_rocm_smi_ids(text)
@@ -133,7 +143,7 @@ def detect_amd() -> GpuInfo | None:
         arch = parse_rocm_smi_gfx(text)
     else:
         arch = ""
-    rocminfo = _rocm_tool("rocminfo")
+    rocminfo = rocm_tool("rocminfo")
     if rocminfo and not (arch and count):
         info_arch, agents, marketing = parse_rocminfo(_run([rocminfo]) or "")
         arch = arch or info_arch
@@ -141,7 +151,7 @@ def detect_amd() -> GpuInfo | None:
         product = product or marketing
     if count == 0:
         return None
-    return GpuInfo(AMD, count, arch, product)
+    return GpuInfo(AMD, count, arch, product, amd_driver_version())
 
 
 def detect_gpus() -> GpuInfo:

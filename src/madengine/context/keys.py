@@ -45,6 +45,7 @@ KEYS: dict[str, ContextKey] = _table(
     ContextKey("gpu_vendor", str, "AMD, NVIDIA or CPU: device options, Dockerfile filter"),
     ContextKey("gpu_architecture", None, "MAD_SYSTEM_GPU_ARCHITECTURE, skip_gpu_arch, perf gpu_architecture"),
     ContextKey("gpu_product_name", None, "MAD_SYSTEM_GPU_PRODUCT_NAME"),
+    ContextKey("gpu_driver_version", None, "the GPU driver's version, recorded with every row (context column)"),
     ContextKey("system_ngpus", None, "MAD_SYSTEM_NGPUS; the GPUs runs may use"),
     ContextKey("host_os", None, "recorded with every row"),
     ContextKey("guest_os", str, "Dockerfile filter, MAD_GUEST_OS"),

@@ -185,10 +185,15 @@ class SlurmCommands:
 
     def partitions(self) -> list[str]:
         try:
-            result = self._run(["sinfo", "-h", "-o", "%R"])
+            result = self.sinfo("%R")
         except ServiceError:
             return []
         return sorted({line.strip() for line in result.stdout.splitlines() if line.strip()})
+
+    def sinfo(self, output_format: str) -> subprocess.CompletedProcess:
+        """``sinfo -h -o FORMAT``: the controller's view of partitions and nodes (ServiceError when
+        sinfo is missing or hangs)."""
+        return self._run(["sinfo", "-h", "-o", output_format])
 
 
 def _one_line(text: str) -> str:

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from madengine.core.errors import EngineNotResponding, EngineUnavailable, ExecutionError, ServiceError
+from madengine.core.errors import EngineNotResponding, EngineUnavailable, ExecutionError, InputError, ServiceError
 from madengine.core.owner import OWNER_LABEL, RUN_LABEL, this_process
 from madengine.core.redact import redact
 from madengine.core.spec import CONTAINER_WORKSPACE, RunSpec, Step
@@ -67,6 +67,8 @@ def connect(environ: Mapping[str, str], *, timeout: float = 10.0,
     try:
         engine = Engine.from_env(environ)
         engine.bounded(timeout).ping()
+    except InputError:  # DOCKER_HOST is not an engine's URL: the user's to fix (exit 2), not a dead engine
+        raise
     except ImportError:
         raise ServiceError("the 'docker' Python package is not installed", hint="pip install docker") from None
     except Exception as exc:

@@ -30,11 +30,40 @@ import time
 from typing import Any, Callable, Iterator, Mapping
 from urllib.parse import quote, urlencode
 
+from madengine.core.errors import InputError
+
 DEFAULT_SOCKET = "/var/run/docker.sock"
 #: seconds an engine has to answer one call (a stream: to start answering) before it counts as not responding
 CALL_TIMEOUT = 30.0
 #: the SDK's socket timeout for builds, pushes, pulls and saves (a build step may be silent for a while)
 SDK_TIMEOUT = 60.0
+
+
+#: the schemes of an engine's URL in ``DOCKER_HOST`` (the Docker CLI's, less Windows' npipe)
+DOCKER_HOST_SCHEMES = ("unix", "tcp", "http", "https", "ssh")
+_HOST_URL = re.compile(r"^(?P<scheme>[a-z]+)://(?P<rest>\S+)$")
+_TCP_ADDRESS = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]*)(?::(?P<port>\d{1,5}))?/?$")
+
+
+def docker_host(environ: Mapping[str, str]) -> str:
+    """``DOCKER_HOST`` of the command's environment ('' when unset), once it is an engine's URL:
+    ``unix:///path``, ``tcp://host:port``, ``http(s)://host:port`` or ``ssh://[user@]host``."""
+    host = environ.get("DOCKER_HOST", "").strip()
+    if not host:
+        return ""
+    match = _HOST_URL.match(host)
+    hint = "e.g. unix:///var/run/docker.sock, tcp://10.0.0.5:2375 or ssh://me@build-host; unset it for the local engine"
+    if match is None or match.group("scheme") not in DOCKER_HOST_SCHEMES:
+        raise InputError(f"'{host}' is not a Docker engine URL", path="DOCKER_HOST", hint=hint)
+    scheme, rest = match.group("scheme"), match.group("rest")
+    if scheme == "unix" and not rest.startswith("/"):
+        raise InputError(f"'{host}' does not name a socket path (unix:// then an absolute path)", path="DOCKER_HOST",
+                         hint=hint)
+    if scheme in ("tcp", "http", "https"):
+        address = _TCP_ADDRESS.match(rest)
+        if address is None or (address.group("port") and not 0 < int(address.group("port")) < 65536):
+            raise InputError(f"'{host}' is not host:port", path="DOCKER_HOST", hint=hint)
+    return host
 
 
 class EngineTimeout(TimeoutError):
@@ -74,8 +103,9 @@ class Engine:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> "Engine":
-        """The engine ``DOCKER_HOST`` names (the local socket when unset)."""
-        host = environ.get("DOCKER_HOST", "").strip()
+        """The engine ``DOCKER_HOST`` names (the local socket when unset); InputError (exit 2)
+        naming ``DOCKER_HOST`` when it is not an engine's URL."""
+        host = docker_host(environ)
         if not host or host.startswith("unix://"):
             return cls(host.removeprefix("unix://") or DEFAULT_SOCKET, environ=environ)
         if host.startswith("tcp://"):
@@ -105,6 +135,14 @@ class Engine:
     # -- engine ----------------------------------------------------------------------------------
     def ping(self) -> None:
         self._call("GET", "/_ping", raw=True)
+
+    def version(self) -> dict[str, Any]:
+        """The engine's ``/version``: Version, ApiVersion, Os, Arch, ..."""
+        return self._call("GET", "/version")
+
+    def info(self) -> dict[str, Any]:
+        """The engine's ``/info`` (as ``docker info``): Driver, DockerRootDir, Runtimes, ..."""
+        return self._call("GET", "/info")
 
     # -- images ----------------------------------------------------------------------------------
     def inspect_image(self, name: str) -> dict[str, Any]:

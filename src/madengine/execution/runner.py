@@ -149,6 +149,15 @@ class RunFacts:
         return values
 
 
+def arch_skip_reason(model: Model, arch: str) -> str | None:
+    """Why ``model`` is skipped on GPU architecture ``arch`` (its ``skip_gpu_arch``), or None."""
+    names = {arch.lower(), nvidia_short_arch(arch).lower()} if arch else set()
+    for skip in model.skip_archs:
+        if skip.lower() in names:
+            return f"skip_gpu_arch: model is not supported on {arch}"
+    return None
+
+
 class ModelRunner:
     """Runs models one at a time on one executor; thread-safe for ``--parallel`` slots (each
     call of :meth:`run_model` keeps its state in locals)."""
@@ -193,14 +202,9 @@ class ModelRunner:
 
     # -- per model ---------------------------------------------------------------------------
     def skip_reason(self, model: Model) -> str | None:
-        if self.options.disable_skip_gpu_arch or not model.skip_archs:
+        if self.options.disable_skip_gpu_arch:
             return None
-        arch = self.context.gpu_architecture
-        names = {arch.lower(), nvidia_short_arch(arch).lower()} if arch else set()
-        for skip in model.skip_archs:
-            if skip.lower() in names:
-                return f"skip_gpu_arch: model is not supported on {arch}"
-        return None
+        return arch_skip_reason(model, self.context.gpu_architecture)
 
     def run_model(self, model: Model, slot: Slot | None = None) -> Iterator[PerfRecord]:
         """The records of one model, in a ``model`` span, with progress events around them."""

@@ -7,7 +7,7 @@ only ``python3``); this module loads those same files to summarise their outputs
 |---|---|---|
 | ``cpu_monitor`` | ``cpu_monitor_summary.json`` (else ``cpu_monitor.csv``) | ``cpu_util_mean``, ``cpu_util_peak``, ``rss_peak_mb``, ``cpu_freq_mean_mhz`` |
 | ``gpu_power`` | ``gpu_info_power_profiler_output.csv`` | ``power_mean_w``, ``power_peak_w`` |
-| ``gpu_vram`` | ``gpu_info_vram_profiler_output.csv`` | ``vram_peak_mb`` |
+| ``gpu_vram`` | ``gpu_info_vram_profiler_output.csv`` | ``vram_peak_mb``, ``gpu_util_mean``, ``gpu_util_peak`` |
 | ``library_trace`` | ``library_trace.csv`` | ``library_trace_calls``, ``library_trace_configs`` |
 """
 
@@ -71,7 +71,8 @@ def gpu_power(spec: RunSpec, cwd: str) -> dict[str, Any]:
 
 
 def gpu_vram(spec: RunSpec, cwd: str) -> dict[str, Any]:
-    return {"vram_peak_mb": _gpu_summary(spec, cwd, GPU_VRAM_CSV)["vram_peak_mb"]}
+    values = _gpu_summary(spec, cwd, GPU_VRAM_CSV)
+    return {key: values[key] for key in ("vram_peak_mb", "gpu_util_mean", "gpu_util_peak")}
 
 
 def _gpu_summary(spec: RunSpec, cwd: str, name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ SUMMARIES = {
     "run": "build and run models, record their performance",
     "build": "build images and write a build manifest for 'run --manifest-file'",
     "discover": "list models of the catalog selected by tags",
+    "doctor": "check whether this host can run the selected models (Docker, GPUs, driver, PyTorch) and what to fix",
     "report": "reports on perf.csv: update-perf, to-html, to-email, compare, regressions, collect, trace-diff",
     "database": "store results in SQLite (default), MySQL or MongoDB",
     "bench": "benchmark ONNX models (or the PyTorch models of a script) and record them in perf.csv",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""madengine GPU power/VRAM sampler: polls the GPUs in the background and writes a CSV.
+"""madengine GPU power/VRAM/utilisation sampler: polls the GPUs in the background and writes a CSV.
 
 Usage:
   python3 gpu_sampler.py --check [--backend B]          print the backend that works, or exit 3
@@ -7,13 +7,14 @@ Usage:
                          [--stop-file F] [--max-seconds N]
 
 Backends (``auto`` tries them in this order): ``amd-smi`` (``amd-smi metric --power --mem-usage
---csv``), ``rocm-smi`` (``rocm-smi --showpower --showmeminfo vram --json``), ``nvml`` (the
-``pynvml`` module of ``nvidia-ml-py``, when installed) and ``nvidia-smi``
-(``--query-gpu=index,power.draw,memory.used,memory.total --format=csv,nounits``).
+--usage --csv``), ``rocm-smi`` (``rocm-smi --showpower --showmeminfo vram --showuse --json``), ``nvml``
+(the ``pynvml`` module of ``nvidia-ml-py``, when installed) and ``nvidia-smi``
+(``--query-gpu=index,power.draw,memory.used,memory.total,utilization.gpu --format=csv,nounits``).
 
 Standard library only: it runs inside model containers. One CSV row per device per sample:
-``sample, timestamp, elapsed_s, device, power_w, vram_used_mb, vram_total_mb, backend`` (MiB; an
-empty cell where the device does not report the value, e.g. the secondary die of an MI250X).
+``sample, timestamp, elapsed_s, device, power_w, vram_used_mb, vram_total_mb, backend, gpu_util_pct``
+(MiB; utilisation in percent of the graphics engine's time busy; an empty cell where the device does
+not report the value, e.g. the secondary die of an MI250X).
 It stops when the stop file appears (the post-script creates it), on SIGTERM/SIGINT, when the
 stop file's folder disappears (the run's work folder was removed) or after ``--max-seconds``.
 """
@@ -30,13 +31,16 @@ import subprocess
 import sys
 import time
 
-CSV_FIELDS = ("sample", "timestamp", "elapsed_s", "device", "power_w", "vram_used_mb", "vram_total_mb", "backend")
+CSV_FIELDS = ("sample", "timestamp", "elapsed_s", "device", "power_w", "vram_used_mb", "vram_total_mb", "backend",
+              "gpu_util_pct")
 BACKENDS = ("amd-smi", "rocm-smi", "nvml", "nvidia-smi")
 MIB = 1024.0 * 1024.0
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _AMD_POWER_KEYS = ("socket_power", "current_socket_power", "average_socket_power")
+_AMD_UTIL_KEYS = ("gfx_activity", "gfx_usage")
 _ROCM_SMI_POWER_KEYS = ("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)")
-_NVIDIA_SMI_QUERY = "index,power.draw,memory.used,memory.total"
+_ROCM_SMI_UTIL_KEY = "GPU use (%)"
+_NVIDIA_SMI_QUERY = "index,power.draw,memory.used,memory.total,utilization.gpu"
 
 
 class BackendError(Exception):
@@ -57,12 +61,12 @@ def parse_number(text):
     return float(match.group(0))
 
 
-def _reading(device, power, used, total):
-    return {"device": device, "power_w": power, "vram_used_mb": used, "vram_total_mb": total}
+def _reading(device, power, used, total, util=None):
+    return {"device": device, "power_w": power, "vram_used_mb": used, "vram_total_mb": total, "gpu_util_pct": util}
 
 
 def parse_amd_smi_csv(text):
-    """Readings from ``amd-smi metric --power --mem-usage --csv`` (ROCm 6.0 through 7.x names)."""
+    """Readings from ``amd-smi metric --power --mem-usage [--usage] --csv`` (ROCm 6.0 through 7.x names)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.strip().lower().startswith("gpu,")), None)
     if start is None:
@@ -73,13 +77,15 @@ def parse_amd_smi_csv(text):
         if not row.get("gpu", "").isdigit():
             continue
         power = next((parse_number(row[k]) for k in _AMD_POWER_KEYS if k in row), None)
+        util = next((parse_number(row[k]) for k in _AMD_UTIL_KEYS if k in row), None)
         readings.append(_reading(int(row["gpu"]), power, parse_number(row.get("used_vram")),
-                                 parse_number(row.get("total_vram"))))
+                                 parse_number(row.get("total_vram")), util))
     return readings
 
 
 def parse_rocm_smi_json(text):
-    """Readings from ``rocm-smi --showpower --showmeminfo vram --json`` (values are strings, VRAM in bytes)."""
+    """Readings from ``rocm-smi --showpower --showmeminfo vram [--showuse] --json`` (values are strings, VRAM
+    in bytes)."""
     brace = text.find("{")
     if brace < 0:
         raise BackendError("rocm-smi printed no JSON")
@@ -95,7 +101,7 @@ def parse_rocm_smi_json(text):
         used = parse_number(values.get("VRAM Total Used Memory (B)"))
         total = parse_number(values.get("VRAM Total Memory (B)"))
         readings.append(_reading(_card_index(card), power, None if used is None else used / MIB,
-                                 None if total is None else total / MIB))
+                                 None if total is None else total / MIB, parse_number(values.get(_ROCM_SMI_UTIL_KEY))))
     return readings
 
 
@@ -105,8 +111,8 @@ def _card_index(name):
 
 
 def parse_nvidia_smi_csv(text):
-    """Readings from ``nvidia-smi --query-gpu=index,power.draw,memory.used,memory.total --format=csv``
-    with or without ``noheader``/``nounits`` (``[N/A]``/``[Not Supported]`` become empty)."""
+    """Readings from ``nvidia-smi --query-gpu=index,power.draw,memory.used,memory.total[,utilization.gpu]
+    --format=csv`` with or without ``noheader``/``nounits`` (``[N/A]``/``[Not Supported]`` become empty)."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise BackendError("nvidia-smi printed nothing")
@@ -120,7 +126,8 @@ def parse_nvidia_smi_csv(text):
         if not cells.get("index", "").isdigit():
             continue
         readings.append(_reading(int(cells["index"]), parse_number(cells.get("power.draw")),
-                                 parse_number(cells.get("memory.used")), parse_number(cells.get("memory.total"))))
+                                 parse_number(cells.get("memory.used")), parse_number(cells.get("memory.total")),
+                                 parse_number(cells.get("utilization.gpu"))))
     return readings
 
 
@@ -167,9 +174,13 @@ class NvmlBackend:
     def read(self):
         readings = []
         for index, handle in enumerate(self.handles):
-            power = used = total = None
+            power = used = total = util = None
             try:
                 power = self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+            except Exception:
+                pass
+            try:
+                util = float(self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
             except Exception:
                 pass
             try:
@@ -177,7 +188,7 @@ class NvmlBackend:
                 used, total = memory.used / MIB, memory.total / MIB
             except Exception:
                 pass
-            readings.append(_reading(index, power, used, total))
+            readings.append(_reading(index, power, used, total, util))
         return readings
 
     def close(self):
@@ -189,9 +200,10 @@ class NvmlBackend:
 
 def make_backend(name):
     if name == "amd-smi":
-        return CommandBackend(name, ["amd-smi", "metric", "--power", "--mem-usage", "--csv"], parse_amd_smi_csv)
+        return CommandBackend(name, ["amd-smi", "metric", "--power", "--mem-usage", "--usage", "--csv"],
+                              parse_amd_smi_csv)
     if name == "rocm-smi":
-        return CommandBackend(name, ["rocm-smi", "--showpower", "--showmeminfo", "vram", "--json"],
+        return CommandBackend(name, ["rocm-smi", "--showpower", "--showmeminfo", "vram", "--showuse", "--json"],
                               parse_rocm_smi_json)
     if name == "nvml":
         return NvmlBackend()
@@ -228,22 +240,29 @@ def parse_devices(text):
 
 
 def summarise(rows):
-    """Power and VRAM of a sampler CSV, summed over the sampled devices at each sample.
+    """Power, VRAM and utilisation of a sampler CSV.
 
-    ``power_mean_w`` / ``power_peak_w``: mean and peak of the summed power; ``vram_peak_mb``: peak
-    of the summed used VRAM (MiB). Empty when no device reported the value.
+    ``power_mean_w`` / ``power_peak_w``: mean and peak of the power summed over the sampled devices
+    at each sample; ``vram_peak_mb``: peak of the summed used VRAM (MiB); ``gpu_util_mean`` /
+    ``gpu_util_peak``: mean and peak of the devices' mean utilisation at each sample (percent).
+    Empty when no device reported the value.
     """
-    power, vram = {}, {}
+    power, vram, util, reporting = {}, {}, {}, {}
     for row in rows:
         sample = row.get("sample")
-        for table, key in ((power, "power_w"), (vram, "vram_used_mb")):
+        for table, key in ((power, "power_w"), (vram, "vram_used_mb"), (util, "gpu_util_pct")):
             value = parse_number(row.get(key) or None)
             if value is not None:
                 table[sample] = table.get(sample, 0.0) + value
+                if key == "gpu_util_pct":
+                    reporting[sample] = reporting.get(sample, 0) + 1
+    util = {sample: total / reporting[sample] for sample, total in util.items()}
     return {
         "power_mean_w": round(sum(power.values()) / len(power), 2) if power else "",
         "power_peak_w": round(max(power.values()), 2) if power else "",
         "vram_peak_mb": round(max(vram.values()), 1) if vram else "",
+        "gpu_util_mean": round(sum(util.values()) / len(util), 1) if util else "",
+        "gpu_util_peak": round(max(util.values()), 1) if util else "",
         "gpu_samples": len(set(row.get("sample") for row in rows)),
     }
 
@@ -291,7 +310,8 @@ def sample_loop(args, backend, first):
                                  "elapsed_s": round(time.monotonic() - started, 3), "device": reading["device"],
                                  "power_w": _cell(reading["power_w"], 2),
                                  "vram_used_mb": _cell(reading["vram_used_mb"], 1),
-                                 "vram_total_mb": _cell(reading["vram_total_mb"], 1), "backend": backend.name})
+                                 "vram_total_mb": _cell(reading["vram_total_mb"], 1), "backend": backend.name,
+                                 "gpu_util_pct": _cell(reading.get("gpu_util_pct"), 1)})
             handle.flush()
             sample += 1
             deadline = time.monotonic() + args.interval
