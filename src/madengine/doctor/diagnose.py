@@ -130,7 +130,7 @@ def check_python() -> Check:
 
 
 def check_madengine() -> Check:
-    from madengine import __version__
+    from madengine.core.version import __version__
 
     where = os.path.dirname(os.path.abspath(sys.modules["madengine"].__file__ or ""))
     return Check("madengine", PASS, f"madengine {__version__} ({where})", data={"version": __version__})
