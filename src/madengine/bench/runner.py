@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from madengine.bench import cache as prepared_cache
-from madengine.bench.columns import bench_columns, performance, set_reported
+from madengine.bench.columns import bench_columns, headline, performance, set_reported
 from madengine.bench.harness import HarnessError, HarnessInputError, engine
 from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.errors import PrecisionUnsupported
@@ -167,8 +167,7 @@ def _bench_and_record(plan: _Plan, request: BenchRequest, summary: BenchSummary,
     summary.outcomes.append(outcome)
     record = outcome.record
     label = plan.backend.removeprefix("onnxruntime-")
-    reporter.message(f"madengine: {record.model} [{label}]: {record.status}"
-                     + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
+    reporter.message(f"madengine: {record.model} [{label}]: {headline(record, (outcome.result or {}).get('stats'))}")
     for warning in (outcome.result or {}).get("warnings", []):
         reporter.message(f"madengine: warning: {record.model} [{label}]: {warning}")
 

@@ -39,7 +39,7 @@ from typing import Any, Iterator
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
-from madengine.bench.columns import bench_columns, performance, set_column, set_reported, significant
+from madengine.bench.columns import bench_columns, headline, performance, set_column, set_reported, significant
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
@@ -512,14 +512,14 @@ def _finish(backend_result: BackendResult, result: ModelResult, context: _Contex
     describe_span(span, record)
     with context.tracer.span(names.SPAN_RECORDING):
         _append(context, [record])
-    context.reporter.message(f"madengine: {record.model} [{backend_result.backend}]: {record.status}"
-                             + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
+    context.reporter.message(f"madengine: {record.model} [{backend_result.backend}]: "
+                             f"{headline(record, backend_result.stats)}")
     if result.build is not None and result.build.status != "failed":
         stats = backend_result.stats or {}
         build_cache.record_results(result.build.folder, backend_result.backend, {
             "status": record.status, "p50_ms": significant(stats.get("p50_ms")),
             "mean_ms": significant(stats.get("mean_ms")),
-            "samples_per_second": significant(stats.get("samples_per_second")),
+            "samples_per_second": significant(stats.get("median_samples_per_second")),
             "correctness": (backend_result.correctness or {}).get("status", ""), "run_id": record.run_id})
     return backend_result
 

@@ -363,14 +363,14 @@ def render_script_table(summary) -> str:
                 status = record.status if record.ok else f"{record.status}: {record.reason}"
                 if stats:
                     rows.append((record.model, model.info.name, result.backend, stats["batch_size"], stats["n"],
-                                 _ms(stats["mean_ms"]), f"{stats['cv']:.1%}", _ms(stats["p50_ms"]),
-                                 _ms(stats["p99_ms"]), f"{stats['samples_per_second']:.2f}", check, status))
+                                 _ms(stats["p50_ms"]), _ms(stats["p99_ms"]), _ms(stats["mean_ms"]), f"{stats['cv']:.1%}",
+                                 f"{stats['median_samples_per_second']:.2f}", check, status))
                 else:
                     rows.append((record.model, model.info.name, result.backend, "", "", "", "", "", "", "", check,
                                  status))
         for failure in script.failures:
             rows.append((failure.model, "", "", "", "", "", "", "", "", "", "", f"{failure.status}: {failure.reason}"))
-    return table(("model", "name", "backend", "batch", "n", "mean_ms", "cv", "p50_ms", "p99_ms", "samples/s", "check",
+    return table(("model", "name", "backend", "batch", "n", "p50_ms", "p99_ms", "mean_ms", "cv", "samples/s", "check",
                   "status"), rows, max_width=80)
 
 
@@ -386,15 +386,15 @@ def render_tables(summary) -> str:
         record, stats = outcome.record, (outcome.result or {}).get("stats")
         if stats:
             rows.append((record.model, outcome.provider, record.training_precision, stats["batch_size"], stats["n"],
-                         _ms(stats["mean_ms"]),
-                         _ms(stats["stddev_ms"]), f"{stats['cv']:.1%}", _ms(stats["min_ms"]), _ms(stats["p50_ms"]),
+                         _ms(stats["p50_ms"]), f"{stats['median_samples_per_second']:.2f}", _ms(stats["min_ms"]),
                          _ms(stats["p90_ms"]), _ms(stats["p95_ms"]), _ms(stats["p99_ms"]), _ms(stats["max_ms"]),
-                         f"{stats['inferences_per_second']:.2f}", f"{stats['samples_per_second']:.2f}", record.status))
+                         _ms(stats["mean_ms"]), _ms(stats["stddev_ms"]), f"{stats['cv']:.1%}",
+                         f"{stats['samples_per_second']:.2f}", record.status))
         else:
             rows.append((record.model, outcome.provider, "", "", "", "", "", "", "", "", "", "", "", "", "", "",
                          f"{record.status}: {record.reason}"))
-    parts = [table(("model", "provider", "precision", "batch", "n", "mean_ms", "std_ms", "cv", "min_ms", "p50_ms", "p90_ms",
-                    "p95_ms", "p99_ms", "max_ms", "infer/s", "samples/s", "status"), rows, max_width=60)]
+    parts = [table(("model", "provider", "precision", "batch", "n", "p50_ms", "samples/s", "min_ms", "p90_ms", "p95_ms",
+                    "p99_ms", "max_ms", "mean_ms", "std_ms", "cv", "mean samples/s", "status"), rows, max_width=60)]
     for outcome in summary.outcomes:
         profile = (outcome.result or {}).get("profile")
         if not profile:
