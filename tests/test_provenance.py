@@ -189,6 +189,38 @@ def test_a_host_busier_than_its_cpus_is_said_in_the_row_and_the_summary(local_re
     assert any("host busier" in w for w in json.loads(out)["results"][0]["warnings"])
 
 
+
+def test_bench_and_scorecard_rows_record_the_load_and_its_warning_like_run_rows(tmp_path, monkeypatch, busy_host):
+    """The same columns and note as a run row's, on rows of `bench` (an ONNX model) and `scorecard`
+    (onnxruntime-cpu-opt-disabled, the reference): real load, the real reader."""
+    from test_bench_harness import build_mlp
+
+    monkeypatch.chdir(tmp_path)
+    build_mlp(tmp_path / "mlp.onnx")
+    (tmp_path / "suite.yaml").write_text("models:\n  - {name: mlp, path: mlp.onnx, $axes: {batch: 2}}\n")
+    fast = ("--warmup", "1", "--iterations", "3", "--threads", "1", "--no-trace")
+    for argv in (("bench", "mlp.onnx", "--axes", "batch=2", "-o", "bench.csv"),
+                 ("scorecard", "suite.yaml", "--backends", "onnxruntime-cpu-opt-disabled", "-o", "scorecard.csv")):
+        code, _, err = _cli(*argv, *fast, "--runs-dir", "runs")
+        assert code == 0, err
+        [row] = read_rows(tmp_path / argv[-1])
+        assert float(row["host_load_start"]) > 1.0 and float(row["host_load_end"]) > 1.0, row
+        assert row["warnings"].startswith("host busier than its CPUs: "), row["warnings"]
+        assert "madengine: warning: mlp" in err and "host busier than its CPUs" in err
+
+
+def test_bench_rows_of_a_quiet_host_record_its_load_without_a_note(tmp_path, monkeypatch):
+    from conftest import run_cli
+    from test_bench_harness import build_mlp
+
+    monkeypatch.chdir(tmp_path)
+    build_mlp(tmp_path / "mlp.onnx")
+    result = run_cli("bench", "mlp.onnx", "--axes", "batch=2", "--warmup", "1", "--iterations", "3", "--no-trace",
+                     load=lambda: 0.25)
+    assert result.code == 0, result
+    [row] = read_rows(tmp_path / "perf.csv")
+    assert (row["host_load_start"], row["host_load_end"], row["warnings"]) == ("0.25", "0.25", "")
+
 # --- a real torch image --------------------------------------------------------------------------------
 
 @pytest.fixture

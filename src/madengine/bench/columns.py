@@ -83,6 +83,15 @@ def set_reported(record: Any, precision: str, environment: dict[str, Any]) -> No
     record.framework_versions = runtime_versions(environment)
 
 
+def set_host_load(record: Any, start: float | None, end: float | None) -> None:
+    """How busy the host was when a benchmark started and ended, and the note of a host busier than
+    its CPUs: the same columns and words as a ``run`` row's (:mod:`madengine.execution.provenance`)."""
+    from madengine.execution.provenance import load_notes, rounded_load
+
+    record.host_load_start, record.host_load_end = rounded_load(start), rounded_load(end)
+    record.add_warnings(load_notes(start, end))
+
+
 def latency_columns(stats: dict[str, Any]) -> dict[str, Any]:
     """``latency_n`` … ``samples_per_second`` of a harness summary (the same names everywhere)."""
     return {column: significant(stats[key]) for column, key in _STATS.items()}

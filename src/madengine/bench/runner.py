@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from madengine.bench import cache as prepared_cache
-from madengine.bench.columns import bench_columns, headline, performance, set_reported
+from madengine.bench.columns import bench_columns, headline, performance, set_host_load, set_reported
 from madengine.bench.harness import HarnessError, HarnessInputError, engine
 from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.errors import PrecisionUnsupported
@@ -168,7 +168,7 @@ def _bench_and_record(plan: _Plan, request: BenchRequest, summary: BenchSummary,
     record = outcome.record
     label = plan.backend.removeprefix("onnxruntime-")
     reporter.message(f"madengine: {record.model} [{label}]: {headline(record, (outcome.result or {}).get('stats'))}")
-    for warning in (outcome.result or {}).get("warnings", []):
+    for warning in [*(outcome.result or {}).get("warnings", []), *record.warning_list()]:
         reporter.message(f"madengine: warning: {record.model} [{label}]: {warning}")
 
 
@@ -295,6 +295,7 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
                                       request.environ, request.use_cache, precision=plan.precision)
     record = _base_record(entry, plan, request, summary.run_id, started_at, tracer.trace_id)
     phases = PhaseSpans(tracer)
+    load_start = request.load()
     try:
         result, prepared = _run_prepared(entry, options, prepared, phases)
     except HarnessInputError as exc:
@@ -304,7 +305,9 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
         record.status = Status.SKIPPED if unsupported else Status.FAILURE
         record.reason = f"UNSUPPORTED: {exc}" if unsupported else str(exc)
         record.test_duration = time.monotonic() - started
+        set_host_load(record, load_start, request.load())
         return BenchOutcome(entry, short, record, None)
+    set_host_load(record, load_start, request.load())
     add_ort_profile(tracer, result, phases)
     result["model_sha256"] = plan.sha256
     result["prepared_cache"] = prepared.status

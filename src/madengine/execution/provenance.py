@@ -175,6 +175,11 @@ def _canonical(precision: str) -> str:
     return _SAME_PRECISION.get(name, name)
 
 
+def rounded_load(load: float | None) -> float | None:
+    """A ``host_load_start``/``host_load_end`` cell: two decimals (None when unknown)."""
+    return None if load is None else round(load, 2)
+
+
 def load_notes(start: float | None, end: float | None) -> list[str]:
     """A note when the host was busier than its CPUs when the model's run started or ended."""
     busy = [(when, value) for when, value in (("start", start), ("end", end)) if value is not None and

@@ -39,7 +39,8 @@ from typing import Any, Iterator
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
-from madengine.bench.columns import bench_columns, headline, performance, set_column, set_reported, significant
+from madengine.bench.columns import (bench_columns, headline, performance, set_column, set_host_load, set_reported,
+                                     significant)
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
@@ -456,6 +457,7 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
     shapes = {name: tuple(value.shape) for name, value in example.feeds.items()}
     batch = _batch_size(example)
     reporter.message(f"madengine: benchmarking {result.perf_model} on {backend_id}")
+    load_start = request.load()
     try:
         run = measure_backend(backend, model_path or "", example.feeds, shapes, threads=request.threads,
                               warmup=request.warmup, iterations=request.iterations,
@@ -464,7 +466,9 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
     except BackendError as exc:
         record.reason = str(exc)
         record.test_duration = time.monotonic() - started
+        set_host_load(record, load_start, request.load())
         return _finish(BackendResult(backend_id, record), result, context, span)
+    set_host_load(record, load_start, request.load())
     harness_result = _harness_result(run, backend, context, batch, example, request)
     record.status = Status.SUCCESS
     set_reported(record, run.precision, harness_result["environment"])
@@ -514,6 +518,8 @@ def _finish(backend_result: BackendResult, result: ModelResult, context: _Contex
         _append(context, [record])
     context.reporter.message(f"madengine: {record.model} [{backend_result.backend}]: "
                              f"{headline(record, backend_result.stats)}")
+    for warning in record.warning_list():
+        context.reporter.message(f"madengine: warning: {record.model} [{backend_result.backend}]: {warning}")
     if result.build is not None and result.build.status != "failed":
         stats = backend_result.stats or {}
         build_cache.record_results(result.build.folder, backend_result.backend, {

@@ -27,6 +27,7 @@ model_step instead. trace.json goes to the run folder after each model (docs/tra
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -51,6 +52,18 @@ from madengine.results import append_records
 from madengine.results.spans import describe_span
 from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
+
+@dataclasses.dataclass(frozen=True)
+class Begun:
+    """When a cell began, and how busy the host was then (its row's host_load_start)."""
+
+    monotonic: float
+    load: float | None
+
+    @classmethod
+    def now(cls, request: ScorecardRequest) -> "Begun":
+        return cls(time.monotonic(), request.load())
+
 
 #: runs one cell: (backend id, model file, feeds, shapes, timed, batch size, key, phase hook, precision)
 #: → (run_cell JSON, outputs)
@@ -230,7 +243,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
         for backend in card.backends:
             with _cell_span(tracer, card, backend, summary) as span:
                 _finish(card, Cell(backend, ERROR, card.problem, is_reference=backend == card.reference), request,
-                        summary, reporter, time.monotonic(), tracer, span)
+                        summary, reporter, Begun.now(request), tracer, span)
         return
     import onnx  # noqa: F401 - declared_signature needed it already; the feeds need numpy
 
@@ -251,7 +264,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
     baseline: float | None = None
     for name in card.backends:
         with _cell_span(tracer, card, name, summary) as span:
-            started = time.monotonic()
+            started = Begun.now(request)
             is_reference = name == card.reference
             if reference_failure or (reference_outputs is None and not is_reference):
                 why = reference_failure or "the reference produced no outputs"
@@ -299,11 +312,13 @@ def _judge(name: str, answer: dict[str, Any], outputs: dict[str, Any], reference
 
 
 def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: ScorecardSummary, reporter: Reporter,
-            started: float, tracer: Any, span: Any) -> None:
+            started: Begun, tracer: Any, span: Any) -> None:
     """The cell's row to perf.csv at once; its status, figure and ratio on its span."""
+    from madengine.bench.columns import set_host_load
     from madengine.bench.scorecard.records import cell_record
 
-    cell.record = cell_record(card, cell, request, summary, time.monotonic() - started)
+    cell.record = cell_record(card, cell, request, summary, time.monotonic() - started.monotonic)
+    set_host_load(cell.record, started.load, request.load())
     describe_span(span, cell.record)
     span.set_attribute(names.ATTR_SCORECARD_STATUS, cell.status)
     if cell.ratio:
@@ -315,6 +330,8 @@ def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: Sco
     shown += f" ({cell.ratio:.2f}x)" if cell.ratio else ""
     reporter.message(f"madengine: {card.entry.name} × {cell.backend}: {cell.status}{shown}"
                      + (f" ({cell.reason})" if cell.status != PASS else ""))
+    for warning in cell.record.warning_list():
+        reporter.message(f"madengine: warning: {card.entry.name} × {cell.backend}: {warning}")
 
 
 def _key(model: str, backend: str) -> str:

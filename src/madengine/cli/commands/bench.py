@@ -204,7 +204,8 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
         profile=args.profile, metric=args.metric, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
-        precisions=args.precision or ["f32"], use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ, **trace_settings(args))
+        precisions=args.precision or ["f32"], use_cache=not args.no_cache, command_line=env.host().command_line,
+        environ=environ, load=env.host().load, **trace_settings(args))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
     if args.json:
@@ -267,7 +268,7 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
         provider=providers[0], warmup=args.warmup, iterations=args.iterations, min_time=args.min_time,
         threads=args.threads, metric=args.metric, atol=args.atol, rtol=args.rtol, output=Path(args.perf_csv),
         runs_dir=Path(args.runs_dir), command_line=env.host().command_line, environ=dict(env.environ),
-        **trace_settings(args))
+        load=env.host().load, **trace_settings(args))
     summary = run_scripts(request, CliReporter(env))
     text = "\n\n".join(render_tree(script) for script in summary.scripts)
     if not args.analyze_only and summary.records:

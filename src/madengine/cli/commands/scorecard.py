@@ -86,7 +86,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
         rtol=args.rtol, image=args.image, precisions=args.precision or ["f32"], output=Path(args.perf_csv),
         runs_dir=Path(args.runs_dir),
-        command_line=env.host().command_line, environ=dict(env.environ),
+        command_line=env.host().command_line, environ=dict(env.environ), load=env.host().load,
         **trace_settings(args))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
     if db_url:
