@@ -13,7 +13,7 @@ offered, every script exists, every flag parses. Then, script by script:
    :func:`madengine.bench.backends.measure_backend`, the harness's loop and statistics, on the
    same inputs: those of the model's first observed call.
 5. **Check**: ORT's outputs against eager's (:mod:`madengine.bench.correctness`); a MISMATCH
-   makes the ORT row a FAILURE.
+   makes the ORT row a FAILURE; an INCONCLUSIVE check (a degenerate eager output) a warning on it.
 
 Rows: one per model and backend, appended to perf.csv as soon as they exist. ``model`` is
 ``<script stem>::<hash>`` (the selection syntax), ``backend`` ``torch-eager`` or
@@ -41,6 +41,7 @@ from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
 from madengine.bench.columns import (bench_columns, headline, performance, set_column, set_host_load, set_reported,
                                      significant)
+from madengine.bench.correctness import MISMATCH
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
 from madengine.bench.pytorch.results import BackendResult, BuildInfo, ModelResult, ScriptBenchSummary, ScriptResult
@@ -489,9 +490,11 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
         record.extra.update({"correctness": verdict.status, "max_abs_error": significant(verdict.max_abs_error),
                              "max_rel_error": significant(verdict.max_rel_error), "mismatch_output":
                              verdict.output if not verdict.ok else ""})
-        if not verdict.ok:
+        if verdict.status == MISMATCH:
             record.status, record.reason = Status.FAILURE, f"MISMATCH vs {EAGER}: {verdict.reason()}"
             record.performance = None
+        elif not verdict.ok:  # INCONCLUSIVE: eager's output cannot tell a right answer from a wrong one
+            record.add_warnings([f"output check INCONCLUSIVE vs {EAGER}: {verdict.reason()}"])
     record.artifacts = [str(_save_result(context, result, backend_id, harness_result, run, correctness))]
     return _finish(BackendResult(backend_id, record, run.stats, correctness), result, context, span)
 

@@ -14,7 +14,9 @@ A cell is one backend at one precision (``openvino-cpu`` at f32, the default for
 ``openvino-cpu:bf16`` opt-in, by name or ``--precision``); the reference always computes at f32.
 A reduced-precision cell is checked with its precision's tolerance
 (:func:`madengine.bench.correctness.tolerance_for`). A cell is PASS, MISMATCH (a FAILURE row: a wrong
-answer is never a success), UNSUPPORTED (a SKIPPED row: an operator the backend lacks, a GPU that is
+answer is never a success), INCONCLUSIVE (a SUCCESS row with its figure and a warning: the reference
+output is degenerate, ~0, constant, NaN or infinite, so the check cannot tell; the reference cell
+itself says so), UNSUPPORTED (a SKIPPED row: an operator the backend lacks, a GPU that is
 absent, a backend not installed, a precision the backend or the CPU cannot compute natively) or
 ERROR (a FAILURE row). The latency ratio is the cell's p50 over the p50 of onnxruntime CPU without
 optimisation (at f32) on the same model.
@@ -36,14 +38,14 @@ from typing import Any, Callable
 from madengine.bench.backends import CPU_BACKENDS, GPU_BACKENDS, cell_name, split_cell
 from madengine.bench.backends.cell import ERROR as CELL_ERROR
 from madengine.bench.backends.cell import RAN, run_cell
-from madengine.bench.correctness import Tolerance, compare_outputs, tolerance_for
+from madengine.bench.correctness import Tolerance, compare_outputs, degenerate, tolerance_for
 from madengine.bench.harness import HarnessInputError
 from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.engine import sha256_file
 from madengine.bench.harness.inputs import generate, resolve_shapes
 from madengine.bench.scorecard.card import (BASELINE, DEFAULT_REFERENCE, Cell, ModelCard, ScorecardRequest,
                                             ScorecardSummary)
-from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, UNSUPPORTED
+from madengine.bench.scorecard.cells import ERROR, INCONCLUSIVE, PASS, TIMED, UNSUPPORTED
 from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.bench.suite import ModelEntry, chosen_precisions, load_suite
 from madengine.core.errors import ExecutionError, InputError
@@ -278,7 +280,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
                                      key=_key(entry.name, name), phase=phases, precision=precision or numerics.DEFAULT)
             cell = _judge(name, answer, outputs, reference_outputs, card.tolerance, is_reference, phases)
             if is_reference:
-                reference_outputs = outputs if cell.status == PASS else None
+                reference_outputs = outputs if cell.status in TIMED else None
                 if reference_outputs is None:
                     reference_failure = cell.reason
             if name == BASELINE and cell.p50_ms:
@@ -302,13 +304,16 @@ def _judge(name: str, answer: dict[str, Any], outputs: dict[str, Any], reference
         status = ERROR if outcome == CELL_ERROR else UNSUPPORTED
         return Cell(name, status, answer.get("reason", ""), answer.get("operator"), is_reference, answer)
     if is_reference:
+        cannot_tell = [f"output '{key}': {why}" for key, why in ((k, degenerate(v)) for k, v in outputs.items()) if why]
+        if cannot_tell:
+            return Cell(name, INCONCLUSIVE, "; ".join(cannot_tell) + ": no backend's answer can be told right or wrong "
+                        "against it", None, True, answer)
         return Cell(name, PASS, "reference", None, True, answer)
     tolerance = tolerance_for(answer.get("precision") or answer.get("precision_requested") or numerics.DEFAULT,
                               model_tolerance)
     with phase(names.SPAN_CHECK):
         verdict = compare_outputs(outputs, reference or {}, tolerance)
-    status = PASS if verdict.ok else MISMATCH
-    return Cell(name, status, verdict.reason(), None, False, answer, verdict, tolerance=tolerance)
+    return Cell(name, verdict.status, verdict.reason(), None, False, answer, verdict, tolerance=tolerance)
 
 
 def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: ScorecardSummary, reporter: Reporter,
