@@ -28,8 +28,8 @@ from madengine.cli import main
 from madengine.cli.env import Environment
 from madengine.core.host import runnable_per_cpu
 from madengine.execution.provenance import (ProbeCache, cpu_list_size, load_notes, parse_probe_output,
-                                            precision_columns, probe_argv, probe_local, reported_precision,
-                                            thread_settings)
+                                            precision_columns, probe_argv, probe_local, rank_columns, rank_settings,
+                                            reported_precision, thread_settings)
 from madengine.results import read_rows
 
 WHEELS = Path(os.environ.get("MADENGINE_WHEELS", "/opt/wheels"))
@@ -142,6 +142,43 @@ def test_a_local_row_records_versions_threads_load_and_reported_precision(local_
     assert row["training_precision"] == "fp32" and row["precision_source"] == "reported"
     assert row["warnings"] == "models.json declares training_precision fp16 but the model reported fp32"
     assert "1 row(s) with warnings" in err and "host busier" not in err
+
+
+def test_a_precision_tag_config_is_the_declaration_the_model_is_held_to(local_repo):
+    """precision=bf16 declares the run at bf16 (the model gets --precision bf16); the model reports fp32:
+    the row says what it reported and why that is suspect, on the row and on stderr. A value that is no
+    precision is bad input: exit 2 naming it and the valid ones, nothing run."""
+    code, _, err = _cli("run", "--tags", "prov_local:precision=bfloat16", "--executor", "local", "--no-html",
+                        load=lambda: 0.0)
+    assert code == 0, err
+    row = read_rows(local_repo / "perf.csv")[-1]
+    assert (row["training_precision"], row["precision_source"]) == ("fp32", "reported")
+    assert row["warnings"] == "the tag config declares training_precision bfloat16 but the model reported fp32"
+    assert "prov_local: the tag config declares training_precision bfloat16" in err
+    for bad in ("prov_local:precision=fp33", "prov_local:precision"):
+        code, _, err = _cli("run", "--tags", bad, "--executor", "local", "--no-html")
+        assert code == 2 and err.count("\n") == 1, err
+        assert "is not a precision" in err and "valid: fp64, fp32, tf32, bf16, fp16" in err and "Traceback" not in err
+    assert len(read_rows(local_repo / "perf.csv")) == 1
+
+
+def test_rank_reports_are_read_from_a_launchers_output():
+    output = ('[default1]:rank_settings: {"rank": 1, "device": "cuda:1", "threads": 4, "OMP_NUM_THREADS": "4"}\n'
+              '[default0]:rank_settings: {"rank": 0, "device": "cuda:0", "threads": 4, "OMP_NUM_THREADS": "4", '
+              '"torch_version": "2.13.0"}\n[default0]:training_precision: bf16\nrank_settings: {"rank": "x"}\n'
+              'rank_settings: [1]\nrank_settings: {not json}\n')
+    ranks = rank_settings(output)
+    assert [r["rank"] for r in ranks] == [0, 1] and ranks[1]["OMP_NUM_THREADS"] == "4"
+    assert rank_columns(ranks) == {"device": "cuda:0,cuda:1", "threads": "4", "torch_version": "2.13.0"}
+    assert reported_precision(output) == "bf16"  # behind the launcher's prefix
+    assert rank_settings("") == [] and rank_columns([]) == {}
+
+
+@given(st.text(max_size=300))
+def test_rank_report_parser_never_raises(text):
+    for report in rank_settings(f"rank_settings: {text}\n{text}"):
+        assert isinstance(report["rank"], int) and len(report) <= 32
+    rank_columns(rank_settings(text))
 
 
 def test_a_wide_spread_of_repeats_is_a_row_warning(local_repo):

@@ -11,7 +11,12 @@ settings the model saw, how busy the host was, and the precision it ran at.
   environment the model step got, and the CPUs it could use.
 * **Host load** at the start and end of the model's run: :func:`madengine.core.host.runnable_per_cpu`.
 * **Precision**: a ``training_precision: <name>`` line the model prints (the last one) is what it
-  ran at; without one the row keeps what models.json declares, marked ``declared``.
+  ran at; without one the row keeps what models.json (or a ``precision`` tag config) declares,
+  marked ``declared``.
+* **What each rank saw**: a ``rank_settings: {json}`` line each process of the model prints (its
+  rank, ``OMP_NUM_THREADS``, the framework's intra-op ``threads``, its ``device``, versions): the
+  list goes into ``thread_settings`` (``ranks``), and their device, threads and versions into the
+  row's columns of those names when the model's own table has not set them.
 
 The notes a row gets (``warnings`` column) are made here too: a host busier than its CPUs, a
 declared precision the model contradicts.
@@ -31,6 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
+from madengine.core.precision import canonical
 from madengine.core.spec import RunSpec
 from madengine.execution.engine import Engine, EngineError
 from madengine.execution.streams import deadline
@@ -104,7 +110,16 @@ print(json.dumps({"versions": found, "paths": paths}, sort_keys=True))
 
 #: a probe that has not answered by then is killed (its row just has no versions)
 PROBE_TIMEOUT = 60.0
-_PRECISION_LINE = re.compile(r"^\s*training_precision:\s*([A-Za-z][A-Za-z0-9_+.-]{0,31})\s*$", re.MULTILINE)
+#: what a launcher puts before each line a rank prints (torchrun's ``[default1]:``, torch's ``[rank1]:``)
+_LAUNCHER_PREFIX = r"(?:\[(?:rank|default)\d+\]:\s?)*"
+_PRECISION_LINE = re.compile(rf"^{_LAUNCHER_PREFIX}\s*training_precision:\s*([A-Za-z][A-Za-z0-9_+.-]{{0,31}})\s*$",
+                             re.MULTILINE)
+_RANK_LINE = re.compile(rf"^{_LAUNCHER_PREFIX}\s*rank_settings:\s*(\{{.*\}})\s*$", re.MULTILINE)
+#: a rank's report: at most this many entries, each a short scalar
+_RANK_KEYS, _RANK_TEXT = 32, 200
+#: the row columns a distributed job's ranks fill when the model's own table has not (their value, or
+#: each rank's value in rank order when they differ), and every ``<package>_version`` key
+_RANK_COLUMNS = ("device", "threads")
 _VERSION_TEXT = re.compile(r"^[\w.+\- ()/:,]{1,80}$")
 
 
@@ -155,24 +170,55 @@ def reported_precision(output: str) -> str:
     return found[-1] if found else ""
 
 
-def precision_columns(declared: str, reported: str) -> tuple[dict[str, str], list[str]]:
+def declared_precision(model: Any) -> tuple[str, str]:
+    """The precision a selected model is declared to run at, and who declared it: its ``precision``
+    tag config (the selection puts it in ``training_precision``), else models.json."""
+    by_tag = any(key == "precision" for key, _ in model.tag_configs)
+    return model.training_precision, "the tag config" if by_tag else "models.json"
+
+
+def precision_columns(declared: str, reported: str, declared_by: str = "models.json") -> tuple[dict[str, str], list[str]]:
     """``training_precision`` and ``precision_source`` of a row, and a note when the model
-    contradicts models.json: what it reported wins, the declaration is named in the note."""
+    contradicts its declaration: what it reported wins, the declaration is named in the note."""
     if reported:
-        notes = [f"models.json declares training_precision {declared} but the model reported {reported}"] \
-            if declared and _canonical(declared) != _canonical(reported) else []
+        notes = [f"{declared_by} declares training_precision {declared} but the model reported {reported}"] \
+            if declared and canonical(declared) != canonical(reported) else []
         return {"training_precision": reported, "precision_source": "reported"}, notes
     return {"training_precision": declared, "precision_source": "declared" if declared else ""}, []
 
 
-#: spellings of one precision (torch's dtype names, numpy's, the short ones)
-_SAME_PRECISION = {"float32": "fp32", "f32": "fp32", "float": "fp32", "float16": "fp16", "f16": "fp16",
-                   "half": "fp16", "bfloat16": "bf16", "float64": "fp64", "f64": "fp64", "double": "fp64"}
+def rank_settings(output: str) -> list[dict[str, Any]]:
+    """What each rank of a job said it saw, from its ``rank_settings: {json}`` lines (a launcher's
+    prefix allowed): one report per rank (its last), in rank order. A report is a JSON object with
+    an integer ``rank`` and short scalar values (``OMP_NUM_THREADS``, ``threads``, ``device``,
+    ``torch_version``, ...); anything else is ignored, never an error."""
+    reports: dict[int, dict[str, Any]] = {}
+    for text in _RANK_LINE.findall(output or ""):
+        try:
+            report = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(report, dict) or isinstance(report.get("rank"), bool) or \
+                not isinstance(report.get("rank"), int):
+            continue
+        kept = {str(key)[:40]: value for key, value in list(report.items())[:_RANK_KEYS]
+                if value is None or isinstance(value, (bool, int, float)) or
+                (isinstance(value, str) and len(value) <= _RANK_TEXT)}
+        reports[report["rank"]] = kept
+    return [reports[rank] for rank in sorted(reports)]
 
 
-def _canonical(precision: str) -> str:
-    name = precision.strip().lower()
-    return _SAME_PRECISION.get(name, name)
+def rank_columns(ranks: list[dict[str, Any]]) -> dict[str, str]:
+    """The row columns the ranks' reports fill: ``device``, ``threads`` and each ``<name>_version``,
+    the ranks' common value, or every rank's in rank order (``cuda:0,cuda:1``) when they differ."""
+    names = [key for key in dict.fromkeys(k for report in ranks for k in report)
+             if key in _RANK_COLUMNS or key.endswith("_version")]
+    columns = {}
+    for name in names:
+        values = [str(report[name]) for report in ranks if report.get(name) not in (None, "")]
+        if values:
+            columns[name] = values[0] if len(set(values)) == 1 else ",".join(values)
+    return columns
 
 
 def rounded_load(load: float | None) -> float | None:

@@ -40,7 +40,8 @@ from madengine.execution.engine import EngineError
 from madengine.execution.ranks import (RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns,
                                       still_running)
 from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
-from madengine.execution.provenance import Probe, load_notes, precision_columns, reported_precision, rounded_load
+from madengine.execution.provenance import (Probe, declared_precision, load_notes, precision_columns, rank_columns,
+                                            rank_settings, reported_precision, rounded_load)
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.launch import rank_log_subdir
 from madengine.results import PerfRecord, RecordFactory, Status
@@ -544,10 +545,18 @@ class ModelRunner:
 
     @staticmethod
     def _describe_success(record: PerfRecord, model: Model, repeats: "Repeats") -> None:
-        """The precision the model reported, and the notes of a figure not to trust as it is."""
-        columns, notes = precision_columns(model.training_precision, reported_precision(repeats.kept[-1].output))
+        """The precision the model reported, what each of its ranks saw, and the notes of a figure not
+        to trust as it is."""
+        output = repeats.kept[-1].output
+        declared, declared_by = declared_precision(model)
+        columns, notes = precision_columns(declared, reported_precision(output), declared_by)
         for key, value in columns.items():
             setattr(record, key, value)
+        ranks = rank_settings(output)
+        if ranks:
+            record.thread_settings = {**(record.thread_settings or {}), "ranks": ranks}
+            for key, value in rank_columns(ranks).items():
+                record.extra.setdefault(key, value)
         samples = parse_samples(record.perf_samples) if record.perf_samples else []
         record.add_warnings(sample_warnings(samples) + notes)
 
