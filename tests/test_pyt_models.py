@@ -147,3 +147,31 @@ def test_a_bad_option_is_a_failure_row_saying_why(tmp_path):
     assert done.returncode == 1
     row = read_rows(perf)[0]
     assert row["status"] == "FAILURE" and "--precision fp16 needs a GPU" in row["reason"], row
+
+
+@pytest.mark.docker
+def test_a_clone_without_the_wheels_gets_a_failure_row_saying_to_fetch_them(tmp_path, docker_client):
+    """A fresh clone that skipped scripts/pyt-wheels.sh: the image's RUN step stops at once, and the
+    row's reason is that step's own words in one line, not the builder's truncated RUN line."""
+    import json
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "docker").mkdir(parents=True)
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
+    (repo / "wheels" / "pyt").mkdir(parents=True)
+    shutil.copy2(REPO / "wheels" / "pyt" / "requirements.txt", repo / "wheels" / "pyt" / "requirements.txt")
+    (repo / "scripts" / "pyt").mkdir(parents=True)
+    (repo / "scripts" / "pyt" / "run.sh").write_text("#!/bin/bash\necho 'performance: 1 x'\n")
+    (repo / "models.json").write_text(json.dumps([{"name": "pyt_nowheels", "dockerfile": "docker/pyt",
+                                                   "dockercontext": "wheels/pyt", "scripts": "scripts/pyt/run.sh",
+                                                   "tags": ["nowheels"]}]))
+    perf = tmp_path / "perf.csv"
+    done = run_process("run", "--tags", "nowheels", "--perf-csv", str(perf), "--runs-dir", str(tmp_path / "runs"),
+                       "--no-html", cwd=repo, env={"MODEL_DIR": str(repo)}, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    [row] = read_rows(perf)
+    assert row["status"] == "FAILURE" and "\n" not in row["reason"], row
+    assert row["reason"].startswith("build of ci-pyt_nowheels_pyt failed: no wheels in the build context: run "
+                                    "scripts/pyt-wheels.sh (a RUN step exited with code 1)"), row["reason"]
+    assert "/bin/sh -c" not in row["reason"]

@@ -219,8 +219,20 @@ def _plans(entries: list[ModelEntry], request: BenchRequest, available: list[str
             except HarnessInputError as exc:
                 raise InputError(exc.message, path=entry.source or exc.field,
                                  field=f"model '{entry.name}'" if entry.source else None, hint=exc.hint) from None
-            plans += [_Plan(entry, full_name, sha256, precision) for precision in chosen_precisions(request.precisions)]
+            for precision in chosen_precisions(request.precisions):
+                _require_mode(entry, full_name, precision)
+                plans.append(_Plan(entry, full_name, sha256, precision))
     return plans
+
+
+def _require_mode(entry: ModelEntry, provider: str, precision: str) -> None:
+    """A precision the provider has no way to compute this model at, on any machine, is bad input: exit
+    2 naming it and what the provider can run, before anything runs (never a run at another precision)."""
+    try:
+        numerics.ort_provider_options(provider, precision, entry.path)
+    except PrecisionUnsupported as exc:
+        raise InputError(f"{precision} on {engine.short_provider(provider)}: {exc.message}", path="--precision",
+                         field=f"model '{entry.name}'", hint=exc.hint) from None
 
 
 def _verified_sha256(entry: ModelEntry) -> str:

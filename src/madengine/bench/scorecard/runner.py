@@ -85,6 +85,7 @@ def run_scorecard(request: ScorecardRequest, reporter: Reporter | None = None) -
     summary.run_dir.mkdir(parents=True, exist_ok=True)
     for card in cards:
         _prepare(card, request, summary.run_dir, reporter)
+        _require_modes(card, request)
     runner, close = _cell_runner(request, summary, reporter)
     reporter.message(f"madengine: scorecard {run_id}: {len(cards)} model(s), "
                      f"{sum(len(c.backends) for c in cards)} cell(s)"
@@ -200,6 +201,28 @@ def _prepare(card: ModelCard, request: ScorecardRequest, run_dir: Path, reporter
                         "nothing of this model was run")
         return
     card.shapes, card.batch_size = _shapes(entry)
+
+
+def _require_modes(card: ModelCard, request: ScorecardRequest) -> None:
+    """A cell at a precision its backend has no way to compute this model at, on any machine (ONNX
+    Runtime's CPU provider or TVM at bf16: no mode, and not the model's own type), is bad input: exit 2
+    naming the cell and what its backend can run. What this machine lacks (a CPU without bf16
+    instructions) is an UNSUPPORTED cell instead: a fact about the host, not about the request."""
+    from madengine.bench.backends import BackendError, get_backend
+
+    if card.problem:
+        return
+    for name in card.backends:
+        backend, precision = split_cell(name)
+        if not precision:
+            continue
+        try:
+            get_backend(backend).check_mode(precision, card.entry.path)
+        except BackendError as exc:
+            named_by = "--backends" if name in (request.backends or []) else \
+                card.entry.source if name in card.entry.backends else "--precision"
+            raise InputError(f"cell {name}: {exc.message}", path=named_by, field=f"model '{card.entry.name}'",
+                             hint="name the cells that can, e.g. --backends openvino-cpu:bf16") from None
 
 
 def _shapes(entry: ModelEntry) -> tuple[dict[str, tuple[int, ...]], int]:
