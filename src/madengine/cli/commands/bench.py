@@ -17,9 +17,10 @@ from madengine.cli.commands import SUMMARIES
 DESCRIPTION = """\
 Benchmark ONNX models on ONNX Runtime with generated inputs: warm-up runs, then timed runs
 (a count, or a minimum time), at f32 unless --precision asks otherwise (a precision the provider
-cannot compute is a SKIPPED row). Reports n, mean, stddev, CV, min, p50/p90/p95/p99, max latency and
-inferences/s and samples/s, appends one row per model and provider to perf.csv, and prints a
-table (stdout; with --json the JSON goes to stdout and the table to stderr).
+has no mode for is bad input, exit 2). Reports n, p50 (the headline: perf.csv's samples/s is the
+median's), p90/p95/p99, min, max, mean, stddev, CV and the mean's throughput, appends one row per model
+and provider to perf.csv (with the host's load at start and end), and prints a table (stdout; with
+--json the JSON goes to stdout and the table to stderr).
 Given Python scripts (SCRIPT.py[::HASH,...] or --all --search-dir DIR), runs each under a hook
 that finds every torch.nn.Module it calls (--analyze-only prints them as a tree), exports each to
 ONNX with the observed shapes and optimises it (build cache: --cache-dir, --rebuild), then
@@ -27,7 +28,7 @@ benchmarks it on ONNX Runtime and on PyTorch eager with the same inputs and chec
 against each other (a mismatch is a FAILURE row). Needs the torch extra (pip install 'madengine[torch]').
 Exit 0 all ran, 1 a model failed to load, export or run, mismatched, or a script found no model
 (FAILURE row), 2 bad input (a missing file, a sha256 mismatch, an unresolved dynamic dimension, a
-provider this onnxruntime lacks, torch not installed)."""
+provider this onnxruntime lacks, a precision it cannot run, torch not installed)."""
 
 EXAMPLES = """\
 examples:
@@ -148,7 +149,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
-                        help="perf.csv 'performance': samples/s (throughput, default) or p50 latency in ms")
+                        help="perf.csv 'performance': samples/s at the median latency (throughput, default) or "
+                             "p50 latency in ms")
     parser.add_argument("--no-cache", action="store_true", help="do not use or fill the prepared-model cache")
     add_perf_csv_argument(parser, "-o", "--output")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
