@@ -23,7 +23,7 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
     from madengine import __version__
     from madengine.bench.backends import get_backend
     from madengine.bench.runner import gpu_architecture
-    from madengine.bench.scorecard.cells import INCONCLUSIVE, PASS, RECORD_STATUS, TIMED
+    from madengine.bench.scorecard.cells import INCONCLUSIVE, RECORD_STATUS, TIMED
     from madengine.core.clock import utc_now
     from madengine.core.ids import machine_name
 
