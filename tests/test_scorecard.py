@@ -350,6 +350,7 @@ def test_a_reference_that_cannot_tell_is_inconclusive_and_a_planted_wrong_answer
     assert wrong["status"] == "MISMATCH" and "output 'logits': max abs error" in wrong["reason"], wrong
 
 
+@pytest.mark.slow
 def test_the_readme_demo_passes_every_cell(cli, tmp_path):
     """The suite of `python -m madengine.bench.scorecard.examples` on every CPU backend: every cell
     PASS, TVM's BERT included, and every model's outputs mean something (RMS well above ~0, not
