@@ -17,7 +17,7 @@ from test_bench_harness import build_mlp, save_model
 
 from madengine.bench import backends
 from madengine.bench.backends import BackendError, BackendUnsupported, get_backend, measure_backend
-from madengine.bench.correctness import MISMATCH, PASS, Tolerance, compare_outputs
+from madengine.bench.correctness import INCONCLUSIVE, MISMATCH, PASS, Tolerance, compare_outputs, degenerate, rms
 
 BACKENDS_DIR = Path(backends.__file__).resolve().parent
 
@@ -407,14 +407,16 @@ def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
 def test_compare_pass_and_value_mismatch_names_the_output():
     import numpy as np
 
-    reference = {"logits": np.array([[1.0, 2.0, 3.0]], np.float32), "aux": np.zeros(2, np.float32)}
+    reference = {"logits": np.array([[1.0, 2.0, 3.0]], np.float32), "aux": np.array([0.5, -1.0], np.float32)}
     assert compare_outputs({k: v.copy() for k, v in reference.items()}, reference).status == PASS
-    candidate = {"logits": np.array([[1.0, 2.5, 3.0]], np.float32), "aux": np.zeros(2, np.float32)}
+    candidate = {"logits": np.array([[1.0, 2.5, 3.0]], np.float32), "aux": np.array([0.5, -1.0], np.float32)}
     verdict = compare_outputs(candidate, reference)
     assert verdict.status == MISMATCH and verdict.output == "logits"
     assert verdict.max_abs_error == pytest.approx(0.5) and verdict.max_rel_error == pytest.approx(0.25)
     assert "output 'logits': max abs error 0.5, max rel error 0.25 at index [0, 1]" in verdict.reason()
-    assert compare_outputs(candidate, reference, Tolerance(atol=0.6, rtol=0)).status == PASS
+    # atol is a fraction of the output's RMS (2.16 here): 0.25 × 2.16 = 0.54 covers the 0.5, 0.2 does not
+    assert compare_outputs(candidate, reference, Tolerance(atol=0.25, rtol=0)).status == PASS
+    assert compare_outputs(candidate, reference, Tolerance(atol=0.2, rtol=0)).status == MISMATCH
     assert compare_outputs(candidate, reference, Tolerance(atol=0, rtol=0.3)).status == PASS
     assert verdict.to_json()["output"] == "logits" and verdict.to_json()["status"] == MISMATCH
 
@@ -439,7 +441,9 @@ def test_compare_nan_inf_integers_and_zero_tolerance():
     import numpy as np
 
     nan = np.array([np.nan, np.inf, -np.inf, 1.0])
-    assert compare_outputs({"y": nan.copy()}, {"y": nan}).status == PASS
+    # a reference with NaN or infinity cannot tell: matching it is INCONCLUSIVE, differing a MISMATCH
+    same = compare_outputs({"y": nan.copy()}, {"y": nan})
+    assert same.status == INCONCLUSIVE and "the reference holds NaN or infinity" in same.reason()
     assert compare_outputs({"y": np.array([0.0, np.inf, -np.inf, 1.0])}, {"y": nan}).status == MISMATCH
     assert compare_outputs({"y": np.array([np.nan, 1.0, -np.inf, 1.0])}, {"y": nan}).status == MISMATCH
     ints = {"ids": np.array([1, 2, 3], np.int64)}
@@ -456,9 +460,50 @@ def test_tolerance_must_be_a_finite_non_negative_number(bad):
         Tolerance(atol=bad)
 
 
+def test_a_wrong_output_that_a_plain_absolute_tolerance_would_pass_fails():
+    """Outputs of 1e-5 (a model whose logits are small): a naive |c - r| <= 1e-4 + 1e-4·|r| passes
+    an answer that is all zeros, or twice the right one; the check at the reference's scale fails both."""
+    import numpy as np
+
+    reference = (np.random.default_rng(7).standard_normal((4, 10)) * 1e-5).astype(np.float32)
+    for wrong in (np.zeros_like(reference), 2 * reference):
+        assert np.allclose(wrong, reference, atol=1e-4, rtol=1e-4)  # the naive rule: PASS
+        verdict = compare_outputs({"logits": wrong}, {"logits": reference})
+        assert verdict.status == MISMATCH, verdict.reason()
+        assert "output 'logits': max abs error" in verdict.reason() and "atol 0.0001×rms" in verdict.reason()
+    near = reference * (1 + 1e-6)  # float32 rounding of the same answer
+    assert compare_outputs({"logits": near}, {"logits": reference}).status == PASS
+    assert rms(reference) == pytest.approx(float(np.sqrt(np.mean(reference.astype(np.float64) ** 2))))
+
+
+def test_a_degenerate_reference_is_inconclusive_never_a_pass():
+    """~0, constant, NaN or infinity in the reference: a matching answer is INCONCLUSIVE (a status of
+    its own), a differing one still a MISMATCH; integer outputs are answers and never degenerate."""
+    import numpy as np
+
+    cases = {"~0": np.full((1, 1000), 1e-22, np.float32) * np.linspace(0.5, 1.5, 1000, dtype=np.float32),
+             "constant": np.full((2, 8), 0.125, np.float32), "NaN or infinity": np.array([1.0, np.inf], np.float32)}
+    for words, reference in cases.items():
+        assert words in degenerate(reference)
+        verdict = compare_outputs({"y": reference.copy()}, {"y": reference})
+        assert verdict.status == INCONCLUSIVE and not verdict.ok, words
+        assert f"output 'y': the reference is {words}" in verdict.reason() or words in verdict.reason()
+        assert "a wrong answer could match it" in verdict.reason()
+        assert verdict.to_json()["outputs"][0]["degenerate"] == degenerate(reference)
+    assert compare_outputs({"y": np.zeros((1, 1000), np.float32)}, {"y": cases["~0"]}).status == MISMATCH
+    assert compare_outputs({"y": np.full((2, 8), 0.5, np.float32)}, {"y": cases["constant"]}).status == MISMATCH
+    # one degenerate output among good ones: the verdict cannot be a PASS; a differing one wins
+    good = np.array([1.0, 2.0, 3.0], np.float32)
+    both = {"logits": good, "mask": cases["constant"]}
+    assert compare_outputs({k: v.copy() for k, v in both.items()}, both).status == INCONCLUSIVE
+    assert compare_outputs({"logits": good + 1, "mask": cases["constant"].copy()}, both).status == MISMATCH
+    assert degenerate(np.zeros(5, np.int64)) == "" and degenerate(np.array([3.0], np.float32)) == ""
+    assert compare_outputs({"ids": np.zeros(5, np.int64)}, {"ids": np.zeros(5, np.int64)}).status == PASS
+
+
 def test_compare_properties():
-    """Property: an output always matches itself; moving one element past atol + rtol·|r| is a
-    MISMATCH naming that element; staying within the tolerance is a PASS."""
+    """Property: an output matches itself (PASS, or INCONCLUSIVE when it is degenerate); moving one
+    element past atol·rms + rtol·|r| is a MISMATCH naming that element; staying within is not."""
     import numpy as np
     from hypothesis import given, settings
     from hypothesis import strategies as st
@@ -471,15 +516,16 @@ def test_compare_properties():
     @given(arrays, st.floats(0, 1e-2), st.floats(0, 1e-2), st.data())
     def check(array, atol, rtol, data):
         tolerance = Tolerance(atol=atol, rtol=rtol)
-        assert compare_outputs({"y": array.copy()}, {"y": array}, tolerance).status == PASS
+        itself = PASS if not degenerate(array) else INCONCLUSIVE
+        assert compare_outputs({"y": array.copy()}, {"y": array}, tolerance).status == itself
         index = data.draw(st.tuples(*[st.integers(0, side - 1) for side in array.shape]))
-        bound = atol + rtol * abs(float(array[index]))
+        bound = atol * rms(array) + rtol * abs(float(array[index]))
         moved = array.astype(np.float64)
         moved[index] += 2 * bound + 1.0
         verdict = compare_outputs({"y": moved}, {"y": array.astype(np.float64)}, tolerance)
         assert verdict.status == MISMATCH and verdict.worst.worst_index == tuple(index)
         within = array.astype(np.float64)
         within[index] += bound / 2
-        assert compare_outputs({"y": within}, {"y": array.astype(np.float64)}, tolerance).status == PASS
+        assert compare_outputs({"y": within}, {"y": array.astype(np.float64)}, tolerance).status in (PASS, INCONCLUSIVE)
 
     check()

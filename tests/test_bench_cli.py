@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,12 @@ def test_bench_one_model_table_row_and_artifacts(cli, tmp_path):
     assert (row["training_precision"], row["precision_source"]) == ("f32", "reported")
     assert json.loads(row["framework_versions"])["onnxruntime"] == onnxruntime.__version__
     assert row["cpu_flags"].split() == cpu_flags()
-    assert float(row["performance"]) == pytest.approx(float(row["samples_per_second"]))
+    # the headline is the median's: samples/s at the p50 latency; the mean's throughput stays a column
+    assert float(row["performance"]) == pytest.approx(float(row["median_samples_per_second"]))
+    assert float(row["median_samples_per_second"]) == pytest.approx(4 * 1000 / float(row["latency_p50_ms"]), rel=1e-4)
+    assert re.search(r"madengine: mlp \[cpu\]: SUCCESS \S+ samples_per_second \(p50 \S+ ms, mean \S+ ms\)",
+                     result.stderr), result.stderr
+    assert header[5:7] == ["p50_ms", "samples/s"] and header.index("p50_ms") < header.index("mean_ms")
     assert float(row["samples_per_second"]) == pytest.approx(4 * float(row["inferences_per_second"]), rel=1e-4)
     assert float(row["latency_min_ms"]) <= float(row["latency_p50_ms"]) <= float(row["latency_max_ms"])
     assert row["gpu_vendor"] == "CPU" and row["n_gpus"] == "0"
@@ -322,29 +328,44 @@ def test_cuda_provider_json_path_simulated(cli, tmp_path, monkeypatch):
     assert (row["backend"], row["training_precision"], entry["precision"]) == ("onnxruntime-cuda", "f32", "f32")
 
 
-def test_precision_is_opt_in_per_row_and_unsupported_never_runs_elsewhere(cli, tmp_path, monkeypatch):
-    """--precision f32,tf32,bf16 on a (simulated) CUDA provider: one row per precision; tf32 is CUDA's
-    own mode (read back from the session), bf16 is none of its modes: a SKIPPED row saying so, and the
-    command succeeds. The backend names the precision, so the rows never share a result identity."""
+def test_precision_is_opt_in_per_row_and_what_a_provider_cannot_run_is_exit_2(cli, tmp_path, monkeypatch):
+    """--precision f32,tf32 on a (simulated) CUDA provider: one row per precision; tf32 is CUDA's own mode
+    (read back from the session). bf16 is none of its modes and not the model's own type: bad input,
+    exit 2 naming it and what the provider runs, before anything runs. The backend names the precision,
+    so the rows never share a result identity."""
     from madengine.bench.harness import engine
 
     fake = SimulatedGpuOnnxruntime()
     monkeypatch.setattr(engine, "import_onnxruntime", lambda: fake)
     model = build_mlp(tmp_path / "mlp.onnx", batch_dim=1)
-    result = cli("bench", str(model), "--provider", "cuda", "--precision", "fp32,tf32,bfloat16", "--json", *FAST)
+    bad = cli("bench", str(model), "--provider", "cuda", "--precision", "fp32,tf32,bfloat16", *FAST)
+    assert bad.code == 2 and not Path("perf.csv").exists() and fake.sessions == [], bad
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    assert "--precision: model 'mlp': bf16 on cuda: onnxruntime's CUDAExecutionProvider cannot run bf16" in bad.stderr
+    assert "model's own types (f32)" in bad.stderr and "(valid for it: f32, tf32)" in bad.stderr
+    result = cli("bench", str(model), "--provider", "cuda", "--precision", "fp32,tf32", "--json", *FAST)
     assert result.code == 0, result
     by_backend = {row["backend"]: row for row in rows()}
-    assert list(by_backend) == ["onnxruntime-cuda", "onnxruntime-cuda:tf32", "onnxruntime-cuda:bf16"]
+    assert list(by_backend) == ["onnxruntime-cuda", "onnxruntime-cuda:tf32"]
     assert [s["providers"][0] for s in fake.sessions] == [("CUDAExecutionProvider", {"use_tf32": "0"}),
                                                           ("CUDAExecutionProvider", {"use_tf32": "1"})]
     assert by_backend["onnxruntime-cuda"]["training_precision"] == "f32"
     tf32 = by_backend["onnxruntime-cuda:tf32"]
     assert (tf32["status"], tf32["training_precision"]) == ("SUCCESS", "tf32") and "--precision tf32" in tf32["args"]
-    bf16 = by_backend["onnxruntime-cuda:bf16"]
-    assert bf16["status"] == "SKIPPED" and bf16["performance"] == "" and bf16["training_precision"] == ""
-    assert bf16["reason"].startswith("UNSUPPORTED: onnxruntime's CUDAExecutionProvider cannot run bf16")
-    assert "model's own types (f32)" in bf16["reason"]
-    assert [e["precision"] for e in json.loads(result.stdout)["results"]] == ["f32", "tf32", ""]
+    assert [e["precision"] for e in json.loads(result.stdout)["results"]] == ["f32", "tf32"]
+
+
+def test_bf16_on_onnx_runtimes_cpu_provider_is_exit_2_naming_what_it_runs(cli, tmp_path):
+    """The real CPU provider has no reduced-precision mode: --precision bf16 on a float32 model is bad
+    input on every machine (never a silent f32 run, never a row)."""
+    model = build_mlp(tmp_path / "mlp.onnx", batch_dim=1)
+    result = cli("bench", str(model), "--precision", "bf16", *FAST)
+    assert result.code == 2, result
+    assert result.stderr.strip() == (
+        "madengine: error: --precision: model 'mlp': bf16 on cpu: onnxruntime's CPUExecutionProvider cannot run "
+        "bf16: it computes in the model's own types (f32) and has no reduced-precision mode (valid for it: f32) "
+        "(give it a model converted to that precision, e.g. bench SCRIPT.py --fp16)")
+    assert not Path("perf.csv").exists()
 
 
 @pytest.mark.parametrize("args, words", [

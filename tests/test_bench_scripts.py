@@ -204,6 +204,8 @@ def test_every_model_and_sub_module_gets_an_eager_and_an_ort_row(benchmarked):
         assert row["tags"] == "author::madengine name::two_models test_group::daily,monthly"
         assert row["executor"] == "bench" and row["metric"] == "samples_per_second" and float(row["performance"]) > 0
         assert row["latency_n"] == "3" and row["build_name"] == f"two_models_{row['model_hash']}"
+        assert row["host_load_start"] and row["host_load_end"]  # the host's load, as on a run row
+        assert float(row["performance"]) == pytest.approx(float(row["median_samples_per_second"]))
         assert row["args"] == "--provider cpu --warmup 1 --iterations 3 --threads 1 --opset 18 --max-depth 1"
     ort = [r for r in table if r["backend"] == "onnxruntime-cpu"]
     assert all(r["correctness"] == "PASS" and float(r["max_abs_error"]) < 1e-5 for r in ort)

@@ -201,3 +201,32 @@ def test_parse_tag_scope():
 def test_custom_model_defaults():
     model = CustomModel(name="x")
     assert model.to_dict()["n_gpus"] == "-1" and model.to_dict()["timeout"] == 7200
+
+
+def test_a_precision_tag_config_must_name_a_precision_and_declares_it():
+    spec = parse_tag("m:precision=bfloat16")
+    assert spec.configs == (("precision", "bfloat16"),)
+    for bad in ("m:precision=fp33", "m:precision=", "m:precision", "m:precision=fp32 --rm"):
+        with pytest.raises(CatalogError, match="is not a precision") as caught:
+            parse_tag(bad)
+        assert "valid: fp64, fp32, tf32, bf16, fp16, fp8, int8" in caught.value.hint
+
+
+def test_precision_tag_config_property():
+    """Any value: a precision by any spelling parses, anything else is a CatalogError naming it."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from madengine.core.precision import NAMES, canonical, is_precision
+
+    @given(st.one_of(st.sampled_from(list(NAMES) + ["BFloat16", " half ", "float32"]),
+                     st.text(alphabet=st.characters(blacklist_characters=":"), max_size=20)))
+    def check(value):
+        text = f"m:precision={value}"
+        if is_precision(value.strip()):
+            assert canonical(parse_tag(text).configs[0][1]) in NAMES
+        else:
+            with pytest.raises(CatalogError):
+                parse_tag(text)
+
+    check()

@@ -30,7 +30,7 @@ from madengine.core.host import runnable_per_cpu
 from madengine.execution.provenance import (ProbeCache, cpu_list_size, load_notes, parse_probe_output, probe_argv,
                                             probe_local, thread_settings)
 from madengine.results import read_rows
-from madengine.results.verdict import precision_columns, reported_precision
+from madengine.results.verdict import precision_columns, rank_columns, rank_settings, reported_precision
 
 WHEELS = Path(os.environ.get("MADENGINE_WHEELS", "/opt/wheels"))
 
@@ -144,6 +144,43 @@ def test_a_local_row_records_versions_threads_load_and_reported_precision(local_
     assert "1 row(s) with warnings" in err and "host busier" not in err
 
 
+def test_a_precision_tag_config_is_the_declaration_the_model_is_held_to(local_repo):
+    """precision=bf16 declares the run at bf16 (the model gets --precision bf16); the model reports fp32:
+    the row says what it reported and why that is suspect, on the row and on stderr. A value that is no
+    precision is bad input: exit 2 naming it and the valid ones, nothing run."""
+    code, _, err = _cli("run", "--tags", "prov_local:precision=bfloat16", "--executor", "local", "--no-html",
+                        load=lambda: 0.0)
+    assert code == 0, err
+    row = read_rows(local_repo / "perf.csv")[-1]
+    assert (row["training_precision"], row["precision_source"]) == ("fp32", "reported")
+    assert row["warnings"] == "the tag config declares training_precision bfloat16 but the model reported fp32"
+    assert "prov_local: the tag config declares training_precision bfloat16" in err
+    for bad in ("prov_local:precision=fp33", "prov_local:precision"):
+        code, _, err = _cli("run", "--tags", bad, "--executor", "local", "--no-html")
+        assert code == 2 and err.count("\n") == 1, err
+        assert "is not a precision" in err and "valid: fp64, fp32, tf32, bf16, fp16" in err and "Traceback" not in err
+    assert len(read_rows(local_repo / "perf.csv")) == 1
+
+
+def test_rank_reports_are_read_from_a_launchers_output():
+    output = ('[default1]:rank_settings: {"rank": 1, "device": "cuda:1", "threads": 4, "OMP_NUM_THREADS": "4"}\n'
+              '[default0]:rank_settings: {"rank": 0, "device": "cuda:0", "threads": 4, "OMP_NUM_THREADS": "4", '
+              '"torch_version": "2.13.0"}\n[default0]:training_precision: bf16\nrank_settings: {"rank": "x"}\n'
+              'rank_settings: [1]\nrank_settings: {not json}\n')
+    ranks = rank_settings(output)
+    assert [r["rank"] for r in ranks] == [0, 1] and ranks[1]["OMP_NUM_THREADS"] == "4"
+    assert rank_columns(ranks) == {"device": "cuda:0,cuda:1", "threads": "4", "torch_version": "2.13.0"}
+    assert reported_precision(output) == "bf16"  # behind the launcher's prefix
+    assert rank_settings("") == [] and rank_columns([]) == {}
+
+
+@given(st.text(max_size=300))
+def test_rank_report_parser_never_raises(text):
+    for report in rank_settings(f"rank_settings: {text}\n{text}"):
+        assert isinstance(report["rank"], int) and len(report) <= 32
+    rank_columns(rank_settings(text))
+
+
 def test_a_wide_spread_of_repeats_is_a_row_warning(local_repo):
     code, out, err = _cli("run", "--tags", "spread", "--executor", "local", "--repeat", "3", "--no-html", "--json",
                           load=lambda: 0.0)
@@ -188,6 +225,38 @@ def test_a_host_busier_than_its_cpus_is_said_in_the_row_and_the_summary(local_re
     assert "row(s) with warnings" in err and "prov_local: host busier than its CPUs" in err
     assert any("host busier" in w for w in json.loads(out)["results"][0]["warnings"])
 
+
+
+def test_bench_and_scorecard_rows_record_the_load_and_its_warning_like_run_rows(tmp_path, monkeypatch, busy_host):
+    """The same columns and note as a run row's, on rows of `bench` (an ONNX model) and `scorecard`
+    (onnxruntime-cpu-opt-disabled, the reference): real load, the real reader."""
+    from test_bench_harness import build_mlp
+
+    monkeypatch.chdir(tmp_path)
+    build_mlp(tmp_path / "mlp.onnx")
+    (tmp_path / "suite.yaml").write_text("models:\n  - {name: mlp, path: mlp.onnx, $axes: {batch: 2}}\n")
+    fast = ("--warmup", "1", "--iterations", "3", "--threads", "1", "--no-trace")
+    for argv in (("bench", "mlp.onnx", "--axes", "batch=2", "-o", "bench.csv"),
+                 ("scorecard", "suite.yaml", "--backends", "onnxruntime-cpu-opt-disabled", "-o", "scorecard.csv")):
+        code, _, err = _cli(*argv, *fast, "--runs-dir", "runs")
+        assert code == 0, err
+        [row] = read_rows(tmp_path / argv[-1])
+        assert float(row["host_load_start"]) > 1.0 and float(row["host_load_end"]) > 1.0, row
+        assert row["warnings"].startswith("host busier than its CPUs: "), row["warnings"]
+        assert "madengine: warning: mlp" in err and "host busier than its CPUs" in err
+
+
+def test_bench_rows_of_a_quiet_host_record_its_load_without_a_note(tmp_path, monkeypatch):
+    from conftest import run_cli
+    from test_bench_harness import build_mlp
+
+    monkeypatch.chdir(tmp_path)
+    build_mlp(tmp_path / "mlp.onnx")
+    result = run_cli("bench", "mlp.onnx", "--axes", "batch=2", "--warmup", "1", "--iterations", "3", "--no-trace",
+                     load=lambda: 0.25)
+    assert result.code == 0, result
+    [row] = read_rows(tmp_path / "perf.csv")
+    assert (row["host_load_start"], row["host_load_end"], row["warnings"]) == ("0.25", "0.25", "")
 
 # --- a real torch image --------------------------------------------------------------------------------
 

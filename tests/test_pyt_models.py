@@ -55,6 +55,7 @@ def test_run_tags_pyt_records_success_rows_for_the_three_models(tmp_path, docker
     rows = _by_model(perf)
     assert {row["status"] for row in rows.values()} == {"SUCCESS"}, rows
     assert all(row["executor"] == "docker" and row["training_precision"] == "fp32" for row in rows.values())
+    _truthful(rows.values())
 
     resnet = rows["pyt_resnet50_train"]
     assert resnet["metric"] == "samples_per_second" and _figure(resnet)
@@ -84,6 +85,23 @@ def test_run_tags_pyt_records_success_rows_for_the_three_models(tmp_path, docker
     assert "ci-pyt_resnet50_train_pyt is up to date" in again.stderr, again.stderr[-2000:]
 
 
+def _truthful(rows) -> None:
+    """What every pyt_* row says about how it was made: the precision the model reported, the device,
+    threads and torch version, and what each rank of the DDP job saw (torchrun gives each rank
+    OMP_NUM_THREADS=1, and torch uses that one thread)."""
+    import json
+
+    for row in rows:
+        assert row["precision_source"] == "reported", row
+        assert row["device"] and row["threads"] and row["torch_version"], row
+        assert json.loads(row["framework_versions"])["torch"] == row["torch_version"], row
+    [resnet] = [row for row in rows if row["model"] == "pyt_resnet50_train"]
+    ranks = json.loads(resnet["thread_settings"])["ranks"]
+    assert [rank["rank"] for rank in ranks] == [0, 1], ranks
+    assert all((rank["OMP_NUM_THREADS"], rank["threads"], rank["device"]) == ("1", 1, "cpu") for rank in ranks), ranks
+    assert (resnet["device"], resnet["threads"]) == ("cpu", "1")
+
+
 def _host_torch() -> None:
     found = all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
     require_service("torch and transformers on the host (pip install '.[torch]')", found,
@@ -91,7 +109,7 @@ def _host_torch() -> None:
 
 
 TINY = ["pyt_resnet50_train:arch=resnet18:image-size=32:batch-size=2:steps=2:warmup-steps=1",
-        "pyt_bert_inference:layers=2:hidden=64:heads=2:seq-len=16:iterations=5:warmup=1",
+        "pyt_bert_inference:precision=bf16:layers=2:hidden=64:heads=2:seq-len=16:iterations=5:warmup=1",
         "pyt_gpt2_generate:layers=2:hidden=64:heads=2:new-tokens=6:runs=2"]
 
 
@@ -110,6 +128,13 @@ def test_the_scripts_run_small_on_the_host_and_ddp_runs_two_ranks(tmp_path):
     assert all(_figure(row) for row in rows)
     logs = "".join(path.read_text(errors="replace") for path in runs.rglob("*.log"))
     assert "world size 2, 1 node(s)" in logs  # both ranks trained and reported
+    # a bf16 run is recorded as bf16, as the model reported it (torch computes bf16 on any x86-64 CPU);
+    # declared by its tag config, so no contradiction is noted
+    bert = [row for row in rows if row["model"].startswith("pyt_bert_inference")]
+    assert {(row["training_precision"], row["precision"], row["warnings"].count("declares")) for row in bert} == \
+        {("bf16", "bf16", 0)}, bert
+    assert {row["training_precision"] for row in rows if not row["model"].startswith("pyt_bert")} == {"fp32"}
+    _truthful(rows)
 
 
 @pytest.mark.slow
@@ -122,3 +147,31 @@ def test_a_bad_option_is_a_failure_row_saying_why(tmp_path):
     assert done.returncode == 1
     row = read_rows(perf)[0]
     assert row["status"] == "FAILURE" and "--precision fp16 needs a GPU" in row["reason"], row
+
+
+@pytest.mark.docker
+def test_a_clone_without_the_wheels_gets_a_failure_row_saying_to_fetch_them(tmp_path, docker_client):
+    """A fresh clone that skipped scripts/pyt-wheels.sh: the image's RUN step stops at once, and the
+    row's reason is that step's own words in one line, not the builder's truncated RUN line."""
+    import json
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "docker").mkdir(parents=True)
+    shutil.copy2(REPO / "docker" / "pyt.Dockerfile", repo / "docker" / "pyt.Dockerfile")
+    (repo / "wheels" / "pyt").mkdir(parents=True)
+    shutil.copy2(REPO / "wheels" / "pyt" / "requirements.txt", repo / "wheels" / "pyt" / "requirements.txt")
+    (repo / "scripts" / "pyt").mkdir(parents=True)
+    (repo / "scripts" / "pyt" / "run.sh").write_text("#!/bin/bash\necho 'performance: 1 x'\n")
+    (repo / "models.json").write_text(json.dumps([{"name": "pyt_nowheels", "dockerfile": "docker/pyt",
+                                                   "dockercontext": "wheels/pyt", "scripts": "scripts/pyt/run.sh",
+                                                   "tags": ["nowheels"]}]))
+    perf = tmp_path / "perf.csv"
+    done = run_process("run", "--tags", "nowheels", "--perf-csv", str(perf), "--runs-dir", str(tmp_path / "runs"),
+                       "--no-html", cwd=repo, env={"MODEL_DIR": str(repo)}, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    [row] = read_rows(perf)
+    assert row["status"] == "FAILURE" and "\n" not in row["reason"], row
+    assert row["reason"].startswith("build of ci-pyt_nowheels_pyt failed: no wheels in the build context: run "
+                                    "scripts/pyt-wheels.sh (a RUN step exited with code 1)"), row["reason"]
+    assert "/bin/sh -c" not in row["reason"]

@@ -13,8 +13,8 @@ import argparse
 import torch
 from transformers import BertConfig, BertModel
 
-from common import Clock, add_common_args, batch_size, by_device, describe, dtype_of, percentile, pick_device, \
-    write_results
+from common import Clock, add_common_args, batch_size, by_device, describe, dtype_name, dtype_of, percentile, \
+    pick_device, report_run, write_results
 
 
 def parse_args() -> argparse.Namespace:
@@ -60,7 +60,8 @@ def main() -> None:
                 latencies.append(clock() - start)
     if not torch.isfinite(output.float()).all():
         raise SystemExit("the encoder's output holds NaN or infinity")
-    shape = {**describe(device, args.precision), "batch_size": batch, "seq_len": args.seq_len,
+    report_run(device, output.dtype)
+    shape = {**describe(device, dtype_name(output.dtype)), "batch_size": batch, "seq_len": args.seq_len,
              "layers": args.layers, "hidden": args.hidden, "iterations": iterations}
     rows = [{"model": "throughput", "performance": f"{batch * iterations / sum(latencies):.2f}",
              "metric": "samples_per_second", **shape}]

@@ -1,10 +1,12 @@
-"""What the pyt_* model scripts share: device and precision choice, timing, percentiles and the
-``multiple_results`` CSV madengine reads (``MAD_OUTPUT_CSV``)."""
+"""What the pyt_* model scripts share: device and precision choice, timing, percentiles, the lines
+madengine reads from every process (``training_precision:``, ``rank_settings:``) and the
+``multiple_results`` CSV (``MAD_OUTPUT_CSV``)."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import time
@@ -13,12 +15,23 @@ from typing import Iterable
 import torch
 
 PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: other spellings of those precisions (madengine accepts them in a ``precision`` tag config)
+_ALIASES = {"float32": "fp32", "f32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "f16": "fp16",
+            "half": "fp16"}
+
+
+def precision_name(text: str) -> str:
+    """``--precision``: fp32, bf16 or fp16, by any of their spellings."""
+    name = _ALIASES.get(text.strip().lower(), text.strip().lower())
+    if name not in PRECISIONS:
+        raise argparse.ArgumentTypeError(f"invalid precision {text!r} (choose from {', '.join(sorted(PRECISIONS))})")
+    return name
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (cuda when a GPU is visible, else cpu), cpu, cuda")
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32",
-                        help="numeric precision of the weights and activations (default fp32, recorded)")
+    parser.add_argument("--precision", type=precision_name, default="fp32",
+                        help="numeric precision of the weights and activations: fp32 (default), bf16, fp16")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="default: MAD_MODEL_BATCH_SIZE when set, else a per-device default")
     parser.add_argument("--seed", type=int, default=0)
@@ -85,6 +98,23 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 def median(values: Iterable[float]) -> float:
     return percentile(values, 50)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """A torch dtype by the name madengine records (``torch.bfloat16`` → ``bf16``)."""
+    return next((name for name, known in PRECISIONS.items() if known == dtype), str(dtype).removeprefix("torch."))
+
+
+def report_run(device: torch.device, computed: torch.dtype) -> None:
+    """What madengine reads from every process of a run: what this rank saw (its rank, the threads
+    torch uses and ``OMP_NUM_THREADS``, which a launcher such as torchrun sets per rank, its device,
+    torch's version) and the precision the computation actually used (the dtype of its results, not
+    the one asked for)."""
+    seen = {"rank": int(os.environ.get("RANK", "0")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+            "device": str(device), "threads": torch.get_num_threads(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_version": torch.__version__}
+    print("rank_settings: " + json.dumps(seen, sort_keys=True), flush=True)
+    print(f"training_precision: {dtype_name(computed)}", flush=True)
 
 
 def describe(device: torch.device, precision: str) -> dict[str, str]:

@@ -14,8 +14,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.generation.streamers import BaseStreamer
 
-from common import Clock, add_common_args, batch_size, by_device, describe, dtype_of, median, pick_device, \
-    write_results
+from common import Clock, add_common_args, batch_size, by_device, describe, dtype_name, dtype_of, median, \
+    pick_device, report_run, write_results
 
 
 def parse_args() -> argparse.Namespace:
@@ -88,7 +88,10 @@ def main() -> None:
         done = [generate_once(model, prompt, new_tokens, clock) for _ in range(args.warmup + runs)][args.warmup:]
     results = [figures for figures, _ in done]
     print(f"last generated token ids: {done[-1][1]}")
-    shape = {**describe(device, args.precision), "batch_size": batch, "prompt_tokens": args.prompt_tokens,
+    with torch.inference_mode():  # the dtype the decoder's logits come out in: what it computed in
+        computed = model(prompt[:, :1]).logits.dtype
+    report_run(device, computed)
+    shape = {**describe(device, dtype_name(computed)), "batch_size": batch, "prompt_tokens": args.prompt_tokens,
              "new_tokens": new_tokens, "layers": args.layers, "hidden": args.hidden, "runs": runs}
     units = {"tokens_per_second": "tokens_per_second", "ttft_ms": "ms", "tpot_ms": "ms"}
     rows = [{"model": name, "performance": f"{median(r[name] for r in results):.3f}", "metric": unit, **shape}

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from common import Clock, add_common_args, batch_size, by_device, dtype_of, pick_device
+from common import Clock, add_common_args, batch_size, by_device, dtype_of, pick_device, report_run
 from resnet import ARCHS, ResNet
 
 
@@ -58,8 +58,9 @@ def node_throughputs(mine: float, device: torch.device, world: int) -> dict[int,
     return nodes
 
 
-def train(args: argparse.Namespace, device: torch.device, rank: int, world: int) -> tuple[float, float]:
-    """(this rank's samples/s over the timed steps, the last loss)."""
+def train(args: argparse.Namespace, device: torch.device, rank: int, world: int) -> tuple[float, float, torch.dtype]:
+    """(this rank's samples/s over the timed steps, the last loss, the dtype the forward pass computed
+    its logits in: autocast's at bf16/fp16)."""
     batch = batch_size(args, device, cpu=4, gpu=64)
     steps, warmup = by_device(args.steps, device, 8, 50), by_device(args.warmup_steps, device, 2, 10)
     if steps < 1 or warmup < 0:
@@ -84,11 +85,12 @@ def train(args: argparse.Namespace, device: torch.device, rank: int, world: int)
             start = clock()
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            logits = model(images)
+            loss = torch.nn.functional.cross_entropy(logits, labels)
         loss.backward()
         optimizer.step()
     elapsed = clock() - start
-    return batch * steps / elapsed, float(loss.item())
+    return batch * steps / elapsed, float(loss.item()), logits.dtype
 
 
 def main() -> None:
@@ -97,9 +99,10 @@ def main() -> None:
     device = pick_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
     rank, world = join_group(args, device)
     try:
-        mine, loss = train(args, device, rank, world)
+        mine, loss, computed = train(args, device, rank, world)
         if not math.isfinite(loss):
             raise SystemExit(f"rank {rank}: the loss is {loss}: training diverged")
+        report_run(device, computed)
         nodes = node_throughputs(mine, device, world)
         if rank == 0:
             total = sum(sum(v) for v in nodes.values())

@@ -20,12 +20,14 @@ BENCH_COLUMNS = (
     "batch_size", "input_shapes",
     "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv", "latency_min_ms",
     "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
-    "inferences_per_second", "samples_per_second", "session_create_ms", "first_inference_ms", "prepared_cache",
+    "median_samples_per_second", "inferences_per_second", "samples_per_second", "session_create_ms",
+    "first_inference_ms", "prepared_cache",
 )
 
 _STATS = {"latency_n": "n", "latency_mean_ms": "mean_ms", "latency_stddev_ms": "stddev_ms", "latency_cv": "cv",
           "latency_min_ms": "min_ms", "latency_p50_ms": "p50_ms", "latency_p90_ms": "p90_ms",
           "latency_p95_ms": "p95_ms", "latency_p99_ms": "p99_ms", "latency_max_ms": "max_ms",
+          "median_samples_per_second": "median_samples_per_second",
           "inferences_per_second": "inferences_per_second", "samples_per_second": "samples_per_second"}
 
 
@@ -81,15 +83,34 @@ def set_reported(record: Any, precision: str, environment: dict[str, Any]) -> No
     record.framework_versions = runtime_versions(environment)
 
 
+def set_host_load(record: Any, start: float | None, end: float | None) -> None:
+    """How busy the host was when a benchmark started and ended, and the note of a host busier than
+    its CPUs: the same columns and words as a ``run`` row's (:mod:`madengine.execution.provenance`)."""
+    from madengine.execution.provenance import load_notes, rounded_load
+
+    record.host_load_start, record.host_load_end = rounded_load(start), rounded_load(end)
+    record.add_warnings(load_notes(start, end))
+
+
 def latency_columns(stats: dict[str, Any]) -> dict[str, Any]:
     """``latency_n`` … ``samples_per_second`` of a harness summary (the same names everywhere)."""
     return {column: significant(stats[key]) for column, key in _STATS.items()}
 
 
 def performance(result: dict[str, Any], metric: str) -> tuple[float, str]:
-    """perf.csv's ``performance`` and ``metric`` for ``metric`` = throughput | p50."""
+    """perf.csv's ``performance`` and ``metric`` for ``metric`` = throughput | p50: the median's."""
     value, name = metric_value(result["stats"], metric)
     return significant(value), name
+
+
+def headline(record: Any, stats: dict[str, Any] | None) -> str:
+    """A benchmark's progress line after its model and backend: the status, the row's figure (the
+    median's) and the median latency before the mean (``SUCCESS 1234 samples_per_second (p50 0.81 ms,
+    mean 0.95 ms)``), or why it failed."""
+    if not record.ok:
+        return f"{record.status} ({record.reason})"
+    latencies = f" (p50 {stats['p50_ms']:.4g} ms, mean {stats['mean_ms']:.4g} ms)" if stats else ""
+    return f"{record.status} {record.performance} {record.metric}{latencies}"
 
 
 def set_column(record: Any, name: str, value: Any) -> None:

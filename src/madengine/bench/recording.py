@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
+
+from madengine.core.host import runnable_per_cpu
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -19,3 +21,6 @@ class Recording:
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
     trace: bool = True  # --no-trace turns it off
     trace_file: Path | None = None  # --trace FILE: the trace.json elsewhere than the run folder
+    #: the host's load per logical CPU now, read at the start and end of every benchmark (its row's
+    #: host_load_start/host_load_end and busy-host note, as a run row's): the CLI's Host.load
+    load: Callable[[], float | None] = runnable_per_cpu

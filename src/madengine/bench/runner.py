@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from madengine.bench import cache as prepared_cache
-from madengine.bench.columns import bench_columns, performance, set_reported
+from madengine.bench.columns import bench_columns, headline, performance, set_host_load, set_reported
 from madengine.bench.flags import ONNX_FLAGS, TIMING_FLAGS, args_cell, timing_values
 from madengine.bench.harness import HarnessError, HarnessInputError, engine
 from madengine.bench.harness import precision as numerics
@@ -168,9 +168,8 @@ def _bench_and_record(plan: _Plan, request: BenchRequest, summary: BenchSummary,
     summary.outcomes.append(outcome)
     record = outcome.record
     label = plan.backend.removeprefix("onnxruntime-")
-    reporter.message(f"madengine: {record.model} [{label}]: {record.status}"
-                     + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
-    for warning in (outcome.result or {}).get("warnings", []):
+    reporter.message(f"madengine: {record.model} [{label}]: {headline(record, (outcome.result or {}).get('stats'))}")
+    for warning in [*(outcome.result or {}).get("warnings", []), *record.warning_list()]:
         reporter.message(f"madengine: warning: {record.model} [{label}]: {warning}")
 
 
@@ -221,8 +220,20 @@ def _plans(entries: list[ModelEntry], request: BenchRequest, available: list[str
             except HarnessInputError as exc:
                 raise InputError(exc.message, path=entry.source or exc.field,
                                  field=f"model '{entry.name}'" if entry.source else None, hint=exc.hint) from None
-            plans += [_Plan(entry, full_name, sha256, precision) for precision in chosen_precisions(request.precisions)]
+            for precision in chosen_precisions(request.precisions):
+                _require_mode(entry, full_name, precision)
+                plans.append(_Plan(entry, full_name, sha256, precision))
     return plans
+
+
+def _require_mode(entry: ModelEntry, provider: str, precision: str) -> None:
+    """A precision the provider has no way to compute this model at, on any machine, is bad input: exit
+    2 naming it and what the provider can run, before anything runs (never a run at another precision)."""
+    try:
+        numerics.ort_provider_options(provider, precision, entry.path)
+    except PrecisionUnsupported as exc:
+        raise InputError(f"{precision} on {engine.short_provider(provider)}: {exc.message}", path="--precision",
+                         field=f"model '{entry.name}'", hint=exc.hint) from None
 
 
 def _verified_sha256(entry: ModelEntry) -> str:
@@ -297,6 +308,7 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
                                       request.environ, request.use_cache, precision=plan.precision)
     record = _base_record(entry, plan, request, summary.run_id, started_at, tracer.trace_id)
     phases = PhaseSpans(tracer)
+    load_start = request.load()
     try:
         result, prepared = _run_prepared(entry, options, prepared, phases)
     except HarnessInputError as exc:
@@ -306,7 +318,9 @@ def _bench_one(plan: _Plan, request: BenchRequest, summary: BenchSummary, ort_ve
         record.status = Status.SKIPPED if unsupported else Status.FAILURE
         record.reason = f"UNSUPPORTED: {exc}" if unsupported else str(exc)
         record.test_duration = time.monotonic() - started
+        set_host_load(record, load_start, request.load())
         return BenchOutcome(entry, short, record, None)
+    set_host_load(record, load_start, request.load())
     add_ort_profile(tracer, result, phases)
     result["model_sha256"] = plan.sha256
     result["prepared_cache"] = prepared.status

@@ -7,6 +7,9 @@ A tag is ``selector[:key=value[:key2=value2...]]``.
   or the model ``<dir>/<name>`` itself.
 * ``key=value`` pieces become ``--key value`` on the model's args (a piece without ``=`` becomes
   ``--key``) and are also given to the run as environment variables and build arguments.
+* ``precision=<name>`` must name a precision (:mod:`madengine.core.precision`: ``bf16``, ``fp32``,
+  ...); it is the precision the run is declared at (the row's ``training_precision`` until the
+  model reports what it computed in).
 * Several tags (``--tags a b`` or ``--tags a,b``) select the union, de-duplicated, in catalog order.
 * A tag that selects nothing is an error naming the tag, with close matches.
 """
@@ -20,6 +23,10 @@ from typing import Iterable
 from madengine.catalog.schema import Model
 from madengine.catalog.sources import Catalog
 from madengine.core.errors import CatalogError, UnknownTagError
+from madengine.core.precision import is_precision, valid_names
+
+#: the tag config that declares the precision a model runs at
+PRECISION_CONFIG = "precision"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +75,7 @@ def parse_tag(text: str) -> TagSpec:
         if not key or not all(c.isalnum() or c in "-_." for c in key):
             raise CatalogError(f"tag '{text}' has a bad config key '{key}'", path="--tags",
                                hint="keys are letters, digits, '-', '_' or '.'")
-        configs.append((key, _config_value(text, key, value.strip()) if sep else ""))
+        configs.append((key, _config_value(text, key, value.strip()) if sep or key == PRECISION_CONFIG else ""))
     scope = None
     filter_ = selector
     if selector.count("/") == 1:
@@ -79,7 +86,11 @@ def parse_tag(text: str) -> TagSpec:
 def _config_value(tag: str, key: str, value: str) -> str:
     """A tag config's value, checked now: it becomes the model's arguments (split like a shell
     line), an environment variable and a build argument, so an open quote or a control character
-    is an error naming the tag before anything runs, never a FAILURE row later."""
+    is an error naming the tag before anything runs, never a FAILURE row later; so is a
+    ``precision`` that names no precision."""
+    if key == PRECISION_CONFIG and not is_precision(value):
+        raise CatalogError(f"tag '{tag}': precision '{value}' is not a precision", path="--tags",
+                           hint=f"valid: {valid_names()}")
     if not value.isprintable():
         raise CatalogError(f"tag '{tag}': the value of '{key}' holds a control character", path="--tags",
                            hint="write the value on one line, without escape sequences")
@@ -104,6 +115,9 @@ def _copy(model: Model, configs: list[tuple[str, str]]) -> Model:
     copy = object.__new__(Model)
     copy.__dict__.update(model.__dict__)
     copy.tags, copy.extra, copy.tag_configs = list(model.tags), dict(model.extra), list(configs)
+    declared = [value for key, value in configs if key == PRECISION_CONFIG]
+    if declared:  # the run is declared at the precision asked for, not at models.json's
+        copy.training_precision = declared[-1]
     return copy
 
 

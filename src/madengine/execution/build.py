@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import stat
 import threading
 import time
@@ -36,6 +37,7 @@ from madengine.execution.dockerfile import PREDEFINED_ARGS, consumed_args, from_
 from madengine.execution.engine import Engine, EngineError
 from madengine.execution.executor import ImageInfo
 from madengine.execution.streams import LineSink
+from madengine.results.parsing import strip_ansi
 
 INPUTS_LABEL = "madengine.build-inputs"
 _CHUNK = 1 << 20
@@ -231,7 +233,7 @@ class DockerBuilder:
         from docker.errors import APIError, DockerException
 
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        error = ""
+        error = said = ""
         with open(log_path, "a", encoding="utf-8") as log:
             sink = LineSink(log, live, keep=False)
             try:
@@ -242,6 +244,7 @@ class DockerBuilder:
                 for chunk in stream:
                     if "stream" in chunk:
                         sink.feed(chunk["stream"].encode())
+                        said = step_said(chunk["stream"], said)
                     if "error" in chunk:
                         error = chunk["error"].strip()
                         sink.feed(("ERROR: " + error + "\n").encode())
@@ -250,7 +253,8 @@ class DockerBuilder:
                 sink.feed(("ERROR: " + error + "\n").encode())
             sink.close()
         if error:
-            raise BuildError(f"build of {image} failed: {last_line(redact(error))}", log_path=str(log_path))
+            raise BuildError(f"build of {image} failed: {build_failure(redact(error), redact(said))}",
+                             log_path=str(log_path))
         return self._attrs(image)["Id"]
 
     def _reuse(self, done: "ImageInfo | BuildError", image: str, log_path: Path) -> ImageInfo:
@@ -289,6 +293,33 @@ def _log(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as log:
         log.write(text)
+
+
+#: what the builder itself writes around a step's own output
+_BUILDER_LINE = re.compile(r"^(Step \d+/\d+ :|\s*---> |Removing intermediate container|Successfully (built|tagged) )")
+_STEP_EXIT = re.compile(r"The command .* returned a non-zero code: (\d+)\s*$", re.DOTALL)
+
+
+def step_said(text: str, said: str) -> str:
+    """The last line the running step itself printed, after the build output ``text``: a new
+    ``Step N/M`` forgets the previous step's."""
+    for line in strip_ansi(text).splitlines():
+        stripped = line.strip()
+        if line.startswith("Step "):
+            said = ""
+        elif stripped and not _BUILDER_LINE.match(line):
+            said = stripped
+    return said
+
+
+def build_failure(error: str, said: str) -> str:
+    """One line saying why a build failed: for a step that exited non-zero, what that step said last
+    (``no wheels in the build context: run scripts/pyt-wheels.sh``) and its exit code, not the
+    builder's ``The command '/bin/sh -c <the whole RUN line>' returned ...``; else the error's last line."""
+    step = _STEP_EXIT.search(error.strip())
+    if step and said:
+        return f"{said[:300]} (a RUN step exited with code {step.group(1)})"
+    return last_line(error)
 
 
 def last_line(text: str) -> str:

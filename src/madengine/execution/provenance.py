@@ -10,8 +10,8 @@ settings the model saw, and how busy the host was.
 * **Thread settings**: the threading variables (``OMP_NUM_THREADS`` and the like) in the
   environment the model step got, and the CPUs it could use.
 * **Host load** at the start and end of the model's run: :func:`madengine.core.host.runnable_per_cpu`.
-* **Precision** (the ``training_precision: <name>`` line a model prints) is read with its figure:
-  :mod:`madengine.results.verdict`.
+* **Precision** (the ``training_precision: <name>`` line a model prints) and **what each rank saw**
+  (a ``rank_settings: {json}`` line of each process) are read with its figure: :mod:`madengine.results.verdict`.
 
 A row's note (``warnings`` column) for a host busier than its CPUs is made here too.
 """
@@ -145,6 +145,11 @@ def cpu_list_size(text: str) -> int:
             return 0
         count += int(high) - int(low) + 1 if sep else 1
     return count
+
+
+def rounded_load(load: float | None) -> float | None:
+    """A ``host_load_start``/``host_load_end`` cell: two decimals (None when unknown)."""
+    return None if load is None else round(load, 2)
 
 
 def load_notes(start: float | None, end: float | None) -> list[str]:

@@ -42,7 +42,7 @@ from madengine.execution.engine import EngineError
 from madengine.execution.ranks import (RANKS_FOLDER, collect_rank_logs, job_failure, job_shape, one_node_columns,
                                       still_running)
 from madengine.execution.plan import copy_tree, model_env, plan_launch, resolve_gpus, script_step
-from madengine.execution.provenance import Probe, load_notes
+from madengine.execution.provenance import Probe, load_notes, rounded_load
 from madengine.execution.streams import LineSink, StepResult, open_log
 from madengine.launch import rank_log_subdir
 from madengine.results import PerfRecord, RecordFactory, Status
@@ -144,7 +144,7 @@ class RunFacts:
             values.update(base_docker=self.image.base_docker, docker_sha=self.image.docker_sha,
                           image_id=self.image.image_id, build_duration=self.image.duration)
         values.update(framework_versions=dict(self.probe.frameworks), thread_settings=dict(self.probe.threads),
-                      host_load_start=_rounded(self.load_start), host_load_end=_rounded(self.load_end),
+                      host_load_start=rounded_load(self.load_start), host_load_end=rounded_load(self.load_end),
                       warnings=WARNING_SEPARATOR.join(load_notes(self.load_start, self.load_end)))
         return values
 
@@ -569,10 +569,6 @@ def _label(model: Model) -> str:
 def _log_of(record: PerfRecord) -> str:
     artifacts = record.artifacts if isinstance(record.artifacts, list) else str(record.artifacts).split(",")
     return next((a for a in artifacts if a.endswith("run.log")), next(iter(artifacts), "") if artifacts else "")
-
-
-def _rounded(load: float | None) -> float | None:
-    return None if load is None else round(load, 2)
 
 
 def _append_log(path: Path, text: str) -> None:

@@ -14,7 +14,8 @@ from madengine.core.version import __version__
 from madengine.core.redact import redact
 from madengine.reports.render import environment, write_atomically
 
-STATUS_CLASSES = {"PASS": "pass", "MISMATCH": "mismatch", "UNSUPPORTED": "unsupported", "ERROR": "error"}
+STATUS_CLASSES = {"PASS": "pass", "MISMATCH": "mismatch", "INCONCLUSIVE": "inconclusive", "UNSUPPORTED": "unsupported",
+                  "ERROR": "error"}
 
 
 def render_scorecard_html(scorecard: Mapping[str, Any]) -> str:

@@ -69,7 +69,8 @@ EXTRA_COLUMNS: tuple[str, ...] = (
     "perf_cv",  # stddev / |mean|, a fraction
     "perf_min",
     "perf_max",
-    "perf_ci95_low",  # 95 % CI: of the geometric mean (log-scale t) for positive figures, else of the mean
+    "perf_ci95_low",  # 95 % CI: of the geometric mean (log-scale t) for positive figures, of the median (exact
+    # bootstrap) for figures >= 0 with a zero, else of the mean (docs/statistics.md)
     "perf_ci95_high",
     "perf_samples",  # JSON list of every kept sample, in run order
     "warmup_runs",  # discarded runs before the kept ones

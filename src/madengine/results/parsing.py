@@ -26,6 +26,11 @@ _WHOLE_NUMBER = re.compile(rf"{_NUMBER}\Z")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves)."""
+    return _ANSI.sub("", text)
+
+
 class Figure(float):
     """A performance figure: a number (for statistics, charts and comparisons) that keeps the text
     the model wrote, so that perf.csv records ``performance: 7 x`` as ``7``, not ``7.0``.
@@ -58,7 +63,7 @@ class Performance:
 def parse_performance(output: str) -> Performance | None:
     """The last ``performance:`` figure in ``output``, or None when there is none."""
     found = None
-    for match in PERFORMANCE_LINE.finditer(_ANSI.sub("", output)):
+    for match in PERFORMANCE_LINE.finditer(strip_ansi(output)):
         found = match
     if found is None:
         return None

@@ -3,7 +3,7 @@ run folder's samples file.
 
 A repeated result (``run --repeat N``) is one perf.csv row whose ``performance`` is the **median** of
 the kept samples, with ``perf_n``, ``perf_mean``, ``perf_stddev``, ``perf_cv``, ``perf_min``,
-``perf_max``, ``perf_ci95_low``/``perf_ci95_high`` (95 % CI, log scale for positive figures) from
+``perf_max``, ``perf_ci95_low``/``perf_ci95_high`` (95 % CI, never below 0 for figures >= 0) from
 :func:`madengine.stats.summary.summarize`, every kept sample in ``perf_samples`` (a JSON list, run
 order) and ``warmup_runs``. A single sample has ``perf_n`` 1 and empty spread columns.
 

@@ -8,8 +8,10 @@ executor (the runner's docker and local runs, and a Kubernetes job's pod, :mod:`
   :mod:`madengine.results.samples`), else FAILURE ``no performance figure``;
 * a ``multiple_results`` model gives one row per result of its CSV (:func:`read_table`), SUCCESS
   when the row has a number;
-* the precision the model reported (``training_precision: <name>``) wins over models.json's
-  declaration, with a note when they differ (:func:`precision_columns`).
+* the precision the model reported (``training_precision: <name>``) wins over its declaration
+  (models.json or a ``precision`` tag config), with a note when they differ (:func:`precision_columns`);
+* what each rank of a job saw (a ``rank_settings: {json}`` line of each process) goes into
+  ``thread_settings`` and fills the row's ``device``, ``threads`` and version columns (:func:`rank_settings`).
 
 Pure: the callers read the files and logs, and decide what a run's values (artifacts, images,
 durations) are. ``model`` is any object with a catalog model's fields (``name``,
@@ -18,21 +20,29 @@ durations) are. ``model`` is any object with a catalog model's fields (``name``,
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from madengine.core.errors import MadEngineError
+from madengine.core.precision import canonical
 from madengine.results.columns import Status
 from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
 from madengine.results.record import PerfRecord, RecordFactory
 from madengine.results.samples import parse_samples, sample_columns, sample_warnings
 
 NO_FIGURE = "the script printed no 'performance: <number> <metric>' line"
-_PRECISION_LINE = re.compile(r"^\s*training_precision:\s*([A-Za-z][A-Za-z0-9_+.-]{0,31})\s*$", re.MULTILINE)
-#: spellings of one precision (torch's dtype names, numpy's, the short ones)
-_SAME_PRECISION = {"float32": "fp32", "f32": "fp32", "float": "fp32", "float16": "fp16", "f16": "fp16",
-                   "half": "fp16", "bfloat16": "bf16", "float64": "fp64", "f64": "fp64", "double": "fp64"}
+#: what a launcher puts before each line a rank prints (torchrun's ``[default1]:``, torch's ``[rank1]:``)
+_LAUNCHER_PREFIX = r"(?:\[(?:rank|default)\d+\]:\s?)*"
+_PRECISION_LINE = re.compile(rf"^{_LAUNCHER_PREFIX}\s*training_precision:\s*([A-Za-z][A-Za-z0-9_+.-]{{0,31}})\s*$",
+                             re.MULTILINE)
+_RANK_LINE = re.compile(rf"^{_LAUNCHER_PREFIX}\s*rank_settings:\s*(\{{.*\}})\s*$", re.MULTILINE)
+#: a rank's report: at most this many entries, each a short scalar
+_RANK_KEYS, _RANK_TEXT = 32, 200
+#: the row columns a distributed job's ranks fill when the model's own table has not (their value, or
+#: each rank's value in rank order when they differ), and every ``<package>_version`` key
+_RANK_COLUMNS = ("device", "threads")
 #: the columns of a ``multiple_results`` row that are not extra columns
 _TABLE_COLUMNS = ("model", "performance", "metric", "status")
 
@@ -70,19 +80,55 @@ def reported_precision(output: str) -> str:
     return found[-1] if found else ""
 
 
-def precision_columns(declared: str, reported: str) -> tuple[dict[str, str], list[str]]:
+def declared_precision(model: Any) -> tuple[str, str]:
+    """The precision a selected model is declared to run at, and who declared it: its ``precision``
+    tag config (the selection puts it in ``training_precision``), else models.json."""
+    by_tag = any(key == "precision" for key, _ in getattr(model, "tag_configs", ()))
+    return model.training_precision, "the tag config" if by_tag else "models.json"
+
+
+def precision_columns(declared: str, reported: str, declared_by: str = "models.json") -> tuple[dict[str, str], list[str]]:
     """``training_precision`` and ``precision_source`` of a row, and a note when the model
-    contradicts models.json: what it reported wins, the declaration is named in the note."""
+    contradicts its declaration: what it reported wins, the declaration is named in the note."""
     if reported:
-        notes = [f"models.json declares training_precision {declared} but the model reported {reported}"] \
-            if declared and _canonical(declared) != _canonical(reported) else []
+        notes = [f"{declared_by} declares training_precision {declared} but the model reported {reported}"] \
+            if declared and canonical(declared) != canonical(reported) else []
         return {"training_precision": reported, "precision_source": "reported"}, notes
     return {"training_precision": declared, "precision_source": "declared" if declared else ""}, []
 
 
-def _canonical(precision: str) -> str:
-    name = precision.strip().lower()
-    return _SAME_PRECISION.get(name, name)
+def rank_settings(output: str) -> list[dict[str, Any]]:
+    """What each rank of a job said it saw, from its ``rank_settings: {json}`` lines (a launcher's
+    prefix allowed): one report per rank (its last), in rank order. A report is a JSON object with
+    an integer ``rank`` and short scalar values (``OMP_NUM_THREADS``, ``threads``, ``device``,
+    ``torch_version``, ...); anything else is ignored, never an error."""
+    reports: dict[int, dict[str, Any]] = {}
+    for text in _RANK_LINE.findall(output or ""):
+        try:
+            report = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(report, dict) or isinstance(report.get("rank"), bool) or \
+                not isinstance(report.get("rank"), int):
+            continue
+        kept = {str(key)[:40]: value for key, value in list(report.items())[:_RANK_KEYS]
+                if value is None or isinstance(value, (bool, int, float)) or
+                (isinstance(value, str) and len(value) <= _RANK_TEXT)}
+        reports[report["rank"]] = kept
+    return [reports[rank] for rank in sorted(reports)]
+
+
+def rank_columns(ranks: list[dict[str, Any]]) -> dict[str, str]:
+    """The row columns the ranks' reports fill: ``device``, ``threads`` and each ``<name>_version``,
+    the ranks' common value, or every rank's in rank order (``cuda:0,cuda:1``) when they differ."""
+    names = [key for key in dict.fromkeys(k for report in ranks for k in report)
+             if key in _RANK_COLUMNS or key.endswith("_version")]
+    columns = {}
+    for name in names:
+        values = [str(report[name]) for report in ranks if report.get(name) not in (None, "")]
+        if values:
+            columns[name] = values[0] if len(set(values)) == 1 else ",".join(values)
+    return columns
 
 
 def read_table(path: Path, name: str) -> list[dict[str, str]] | str:
@@ -155,10 +201,17 @@ def _samples(values: Sequence[float], warmup: int) -> dict[str, Any]:
 
 
 def _describe_success(record: PerfRecord, model: Any, output: str) -> None:
-    """The precision the model reported, and the notes of a figure not to trust as it is."""
-    columns, notes = precision_columns(model.training_precision, reported_precision(output))
+    """The precision the model reported, what each of its ranks saw, and the notes of a figure not
+    to trust as it is."""
+    declared, declared_by = declared_precision(model)
+    columns, notes = precision_columns(declared, reported_precision(output), declared_by)
     for key, value in columns.items():
         setattr(record, key, value)
+    ranks = rank_settings(output)
+    if ranks:
+        record.thread_settings = {**(record.thread_settings or {}), "ranks": ranks}
+        for key, value in rank_columns(ranks).items():
+            record.extra.setdefault(key, value)
     samples = parse_samples(record.perf_samples) if record.perf_samples else []
     record.add_warnings(sample_warnings(samples) + notes)
 
@@ -172,5 +225,5 @@ def _by_result_name(tables: Sequence[Sequence[Mapping[str, str]]]) -> dict[str, 
     return grouped
 
 
-__all__ = ["NO_FIGURE", "exit_reason", "last_meaningful_line", "model_records", "precision_columns", "read_table",
-           "reported_precision", "step_reason"]
+__all__ = ["NO_FIGURE", "declared_precision", "exit_reason", "last_meaningful_line", "model_records", "precision_columns",
+           "rank_columns", "rank_settings", "read_table", "reported_precision", "step_reason"]

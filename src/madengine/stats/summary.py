@@ -10,16 +10,23 @@ Definitions (written down because tools differ):
   of the sorted values (numpy's default ``linear`` method).
 * ``ci95_low``/``ci95_high``: a 95 % confidence interval of the figure's typical value, from 2
   samples on (wide: t(0.975, 1) = 12.7). Analytic, so the same samples always give the same
-  interval (no bootstrap: with 3 to 10 repeats a bootstrap has too few distinct resamples).
+  interval. The method follows the figure's domain:
 
   - **All samples positive** (throughput, latency, time: the usual case): Student's t **on the log
     scale**, exp(m ± t(0.975, n-1)·s/√n) with m and s the mean and standard deviation of ln(x).
-    That is the CI of the **geometric mean** (``geomean``), the median of log-normal figures.
-    Both ends are positive whatever the spread (a plain t interval of 4.8, 20 and 39 samples/s
-    reaches -2.9), and the interval is skewed like the figures: a slow repeat widens it downwards
-    less than upwards. Ends beyond the largest float are clamped to it.
-  - **Any sample 0 or negative** (a difference, a temperature): the figure is not a positive
-    quantity and the interval is Student's t of the mean on the values, mean ± t·stddev/√n.
+    That is the CI of the **geometric mean** (``geomean``), the median of log-normal figures: its
+    coverage is exactly 95 % for log-normal figures at any n. Both ends are positive whatever the
+    spread (a plain t interval of 4.8, 20 and 39 samples/s reaches -2.9), and the interval is
+    skewed like the figures. Ends beyond the largest float are clamped to it.
+  - **Samples ≥ 0 with a zero among them** (a rate that was 0 once: no logarithm exists): the
+    percentile interval of the **exact bootstrap distribution of the median** (Maritz & Jarrett
+    1978): the k-th smallest of n draws with replacement is at most x_(j) with probability
+    P(Binomial(n, j/n) ≥ k) = I_{j/n}(k, n-k+1), so no resampling and no seed. Its ends are
+    samples, so never below 0: 0, 10 and 1 give 0 … 10. Distribution-free, so with few samples it
+    is the range: [min, max] holds the median of a continuous figure with probability 75 % at
+    n = 3, 94 % at n = 5, 98 % at n = 10 (:func:`median_interval`).
+  - **Any sample negative** (a difference, a temperature): the figure is not a non-negative quantity
+    and the interval is Student's t of the mean on the values, mean ± t·stddev/√n.
 
   The row's ``performance`` is the median, which is robust to one slow repeat.
 * ``outliers`` counts values outside Q1 - 1.5·IQR .. Q3 + 1.5·IQR (Tukey's fences, pyperf's
@@ -38,7 +45,7 @@ import math
 import sys
 from typing import Iterable, Sequence
 
-from .distributions import t_ppf
+from .distributions import betainc, t_ppf
 
 #: pyperf's threshold: a spread this large means the figures should not be trusted as they are
 UNSTABLE_CV = 0.10
@@ -136,6 +143,8 @@ def summarize(values: Iterable[float]) -> Summary:
     geomean = low = high = None
     if ordered[0] > 0:
         geomean, low, high = _log_interval(ordered)
+    elif ordered[0] == 0 and n > 1:
+        low, high = median_interval(ordered)
     elif stddev is not None:
         low, high = _mean_interval(mean, stddev, n)
     q1, q3 = percentile(ordered, 25), percentile(ordered, 75)
@@ -153,6 +162,33 @@ def _mean_interval(mean: float, stddev: float, n: int) -> tuple[float, float]:
     """Student's t interval of the mean, on the values themselves."""
     half = _t_half_width(stddev, n)
     return mean - half, mean + half
+
+
+def median_interval(ordered: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The percentile interval of the exact bootstrap distribution of the median of sorted values:
+    the lower end is the (1 - confidence)/2 quantile of the resampled lower median (the ⌈n/2⌉-th
+    smallest of n draws with replacement), the upper end the (1 + confidence)/2 quantile of the
+    resampled upper median (the (⌊n/2⌋+1)-th); the two coincide for odd n, and for even n the
+    interpolated median lies between them, so the interval holds at least ``confidence`` of the
+    bootstrap distribution. Both ends are sample values (within [min, max])."""
+    n = len(ordered)
+    tail = (1.0 - confidence) / 2.0
+    return _resampled_quantile(ordered, (n + 1) // 2, tail), _resampled_quantile(ordered, n // 2 + 1, 1.0 - tail)
+
+
+def _resampled_quantile(ordered: Sequence[float], k: int, q: float) -> float:
+    """The smallest sample x_(j) such that the k-th smallest of n draws with replacement is at most
+    x_(j) with probability ≥ q: P(Binomial(n, j/n) ≥ k) = I_{j/n}(k, n - k + 1), increasing in j
+    (bisection). Tied samples need nothing special: the first of a tie is returned."""
+    n = len(ordered)
+    low, high = 1, n
+    while low < high:
+        middle = (low + high) // 2
+        if betainc(k, n - k + 1, middle / n) >= q:
+            high = middle
+        else:
+            low = middle + 1
+    return ordered[low - 1]
 
 
 def _log_interval(ordered: Sequence[float]) -> tuple[float, float | None, float | None]:

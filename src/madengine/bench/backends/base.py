@@ -108,15 +108,21 @@ class Backend(abc.ABC):
         """The precision of the model's own types, which a backend without a mode computes in."""
         return precisions.model_precision(model) if model else ""
 
-    def check_precision(self, precision: str, model: str | Path | None) -> None:
-        """BackendUnsupported, before anything is compiled, when the backend cannot run ``precision``
-        (see :func:`madengine.bench.harness.precision.require_mode`)."""
+    def check_mode(self, precision: str, model: str | Path | None) -> None:
+        """BackendUnsupported when the backend has no way to compute ``precision`` on any machine (no
+        mode for it, and not the model's own type: :func:`madengine.bench.harness.precision.require_mode`):
+        what a request can be told before anything runs, whatever the hardware."""
         if precision == precisions.DEFAULT:
             return
         try:
             precisions.require_mode(self.id, self.reduced_precisions, precision, self.own_precision(model))
         except PrecisionUnsupported as exc:
             raise BackendUnsupported(exc.message, hint=exc.hint) from None
+
+    def check_precision(self, precision: str, model: str | Path | None) -> None:
+        """BackendUnsupported, before anything is compiled, when the backend cannot run ``precision``
+        here: :meth:`check_mode`, and what this machine lacks (a backend that knows adds it)."""
+        self.check_mode(precision, model)
 
     def require_installed(self) -> None:
         hint = self.missing()

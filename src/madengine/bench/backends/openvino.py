@@ -58,10 +58,13 @@ class OpenVinoBackend(Backend):
         self.id = f"openvino-{self.device.lower()}"
         self.device_vendor = "CPU" if self.device == "CPU" else "Intel"
 
-    def check_precision(self, precision: str, model: str | Path | None) -> None:
+    def check_mode(self, precision: str, model: str | Path | None) -> None:
         if precision not in HINTS:
             raise BackendUnsupported(f"{self.id} cannot run {precision}: OpenVINO's INFERENCE_PRECISION_HINT takes "
                                      "f32, bf16 and f16 (int8 comes only from a model quantised beforehand, e.g. NNCF)")
+
+    def check_precision(self, precision: str, model: str | Path | None) -> None:
+        self.check_mode(precision, model)
         lacks = precisions.cpu_lacks(precision) if self.device == "CPU" else None
         if lacks:
             raise BackendUnsupported(f"{self.id} cannot run {precision} on this CPU: {lacks}")

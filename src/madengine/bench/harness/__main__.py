@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     stats = result["stats"]
     print(f"onnx harness: {args.model} on {result['provider']} (onnxruntime {result['environment']['ort_version']}), "
           f"inputs {result['input_shapes']}, batch {result['batch_size']}")
-    print(f"onnx harness: n={stats['n']} mean={stats['mean_ms']:.4f} ms p50={stats['p50_ms']:.4f} ms "
-          f"p99={stats['p99_ms']:.4f} ms cv={stats['cv']:.2%} {stats['samples_per_second']:.2f} samples/s")
+    print(f"onnx harness: n={stats['n']} p50={stats['p50_ms']:.4f} ms ({stats['median_samples_per_second']:.2f} "
+          f"samples/s) p99={stats['p99_ms']:.4f} ms mean={stats['mean_ms']:.4f} ms cv={stats['cv']:.2%}")
     for warning in result["warnings"]:
         print(f"onnx harness: warning: {warning}")
     print(f"performance: {value:.6g} {metric}", flush=True)

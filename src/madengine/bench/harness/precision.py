@@ -193,9 +193,11 @@ def require_mode(runtime: str, modes: Iterable[str], precision: str, own: str) -
     if precision == DEFAULT or precision in offered or precision == own:
         return
     what = "modes " + ", ".join(offered) if offered else "no reduced-precision mode"
+    valid = [name for name in PRECISIONS if name == DEFAULT or name in offered or name == own]
     raise PrecisionUnsupported(
         f"{runtime} cannot run {precision}: it computes in the model's own types ({own or 'unknown'}) "
-        f"and has {what}", hint="give it a model converted to that precision (e.g. bench SCRIPT.py --fp16)")
+        f"and has {what} (valid for it: {', '.join(valid)})",
+        hint="give it a model converted to that precision, e.g. bench SCRIPT.py --fp16")
 
 
 def ort_session_precision(session: Any, provider: str, model_path: Any) -> str:

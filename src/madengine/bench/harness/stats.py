@@ -9,9 +9,13 @@ Portable: inside a container the harness folder holds a copy of ``summary.py`` a
 ``distributions.py`` (``madengine.bench.models_json.copy_harness`` puts them there); in-process
 (``madengine bench``) they come from ``madengine.stats``.
 
+* ``median_samples_per_second`` is batch size × 1000 / p50_ms: the headline throughput (perf.csv's
+  ``performance`` for ``--metric throughput``). A latency benchmark's typical figure is its median:
+  under load one stalled run can make the mean 100× the median, and a throughput from the mean would
+  make two backends look 25× apart where their medians are 2.6× apart.
 * ``inferences_per_second`` is n / (sum of the timed latencies) = 1000 / mean_ms: the loop is
   sequential, so time outside ``session.run`` is not the model's. ``samples_per_second`` is that
-  times the batch size.
+  times the batch size (the mean's throughput, kept as a column).
 * onnxruntime_perf_test takes the element at ``floor(n·p)`` for a percentile instead of
   interpolating, which differs only between neighbouring samples.
 """
@@ -34,7 +38,8 @@ MIN_RUNS_FOR_P99 = 100
 
 
 def summarize(latencies_ms: Sequence[float], batch_size: int = 1) -> dict[str, float | int]:
-    """n, mean, stddev, CV, min, p50/p90/p95/p99, max (ms), outliers and throughput."""
+    """n, mean, stddev, CV, min, p50/p90/p95/p99, max (ms), outliers and throughput (of the median,
+    and of the mean)."""
     if batch_size < 1:
         raise ValueError("batch size must be 1 or more")
     values = sorted(float(v) for v in latencies_ms)
@@ -54,6 +59,8 @@ def summarize(latencies_ms: Sequence[float], batch_size: int = 1) -> dict[str, f
     summary["outliers"] = stats.outliers
     total = math.fsum(values)
     inferences = stats.n / (total / 1000.0) if total > 0 else 0.0
+    median = float(summary["p50_ms"])
+    summary["median_samples_per_second"] = batch_size * 1000.0 / median if median > 0 else 0.0
     summary["inferences_per_second"] = inferences
     summary["samples_per_second"] = inferences * batch_size
     summary["batch_size"] = batch_size

@@ -13,7 +13,7 @@ offered, every script exists, every flag parses. Then, script by script:
    :func:`madengine.bench.backends.measure_backend`, the harness's loop and statistics, on the
    same inputs: those of the model's first observed call.
 5. **Check**: ORT's outputs against eager's (:mod:`madengine.bench.correctness`); a MISMATCH
-   makes the ORT row a FAILURE.
+   makes the ORT row a FAILURE; an INCONCLUSIVE check (a degenerate eager output) a warning on it.
 
 Rows: one per model and backend, appended to perf.csv as soon as they exist. ``model`` is
 ``<script stem>::<hash>`` (the selection syntax), ``backend`` ``torch-eager`` or
@@ -39,7 +39,9 @@ from typing import Any, Iterator
 
 from madengine.bench.cache import builds as build_cache
 from madengine.bench.cache.root import cache_root
-from madengine.bench.columns import bench_columns, performance, set_column, set_reported, significant
+from madengine.bench.columns import (bench_columns, headline, performance, set_column, set_host_load, set_reported,
+                                     significant)
+from madengine.bench.correctness import MISMATCH
 from madengine.bench.flags import PROVIDER, SCRIPT_FLAGS, TIMING_FLAGS, args_cell, timing_values
 from madengine.bench.harness import engine
 from madengine.bench.pytorch import parsing
@@ -457,6 +459,7 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
     shapes = {name: tuple(value.shape) for name, value in example.feeds.items()}
     batch = _batch_size(example)
     reporter.message(f"madengine: benchmarking {result.perf_model} on {backend_id}")
+    load_start = request.load()
     try:
         run = measure_backend(backend, model_path or "", example.feeds, shapes, threads=request.threads,
                               warmup=request.warmup, iterations=request.iterations,
@@ -465,7 +468,9 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
     except BackendError as exc:
         record.reason = str(exc)
         record.test_duration = time.monotonic() - started
+        set_host_load(record, load_start, request.load())
         return _finish(BackendResult(backend_id, record), result, context, span)
+    set_host_load(record, load_start, request.load())
     harness_result = _harness_result(run, backend, context, batch, example, request)
     record.status = Status.SUCCESS
     set_reported(record, run.precision, harness_result["environment"])
@@ -486,9 +491,11 @@ def _measured(backend: Any, backend_id: str, model_path: Path | None, example: A
         record.extra.update({"correctness": verdict.status, "max_abs_error": significant(verdict.max_abs_error),
                              "max_rel_error": significant(verdict.max_rel_error), "mismatch_output":
                              verdict.output if not verdict.ok else ""})
-        if not verdict.ok:
+        if verdict.status == MISMATCH:
             record.status, record.reason = Status.FAILURE, f"MISMATCH vs {EAGER}: {verdict.reason()}"
             record.performance = None
+        elif not verdict.ok:  # INCONCLUSIVE: eager's output cannot tell a right answer from a wrong one
+            record.add_warnings([f"output check INCONCLUSIVE vs {EAGER}: {verdict.reason()}"])
     record.artifacts = [str(_save_result(context, result, backend_id, harness_result, run, correctness))]
     return _finish(BackendResult(backend_id, record, run.stats, correctness), result, context, span)
 
@@ -513,14 +520,16 @@ def _finish(backend_result: BackendResult, result: ModelResult, context: _Contex
     describe_span(span, record)
     with context.tracer.span(names.SPAN_RECORDING):
         _append(context, [record])
-    context.reporter.message(f"madengine: {record.model} [{backend_result.backend}]: {record.status}"
-                             + (f" {record.performance} {record.metric}" if record.ok else f" ({record.reason})"))
+    context.reporter.message(f"madengine: {record.model} [{backend_result.backend}]: "
+                             f"{headline(record, backend_result.stats)}")
+    for warning in record.warning_list():
+        context.reporter.message(f"madengine: warning: {record.model} [{backend_result.backend}]: {warning}")
     if result.build is not None and result.build.status != "failed":
         stats = backend_result.stats or {}
         build_cache.record_results(result.build.folder, backend_result.backend, {
             "status": record.status, "p50_ms": significant(stats.get("p50_ms")),
             "mean_ms": significant(stats.get("mean_ms")),
-            "samples_per_second": significant(stats.get("samples_per_second")),
+            "samples_per_second": significant(stats.get("median_samples_per_second")),
             "correctness": (backend_result.correctness or {}).get("status", ""), "run_id": record.run_id})
     return backend_result
 

@@ -30,7 +30,7 @@ SCORECARD_COLUMNS = (
     "cpu_flags", "threads",
     "batch_size", "input_shapes", "warmup", "latency_n", "latency_mean_ms", "latency_stddev_ms", "latency_cv",
     "latency_min_ms", "latency_p50_ms", "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_max_ms",
-    "inferences_per_second", "samples_per_second", "prepare_ms", "first_inference_ms",
+    "median_samples_per_second", "inferences_per_second", "samples_per_second", "prepare_ms", "first_inference_ms",
 )
 
 

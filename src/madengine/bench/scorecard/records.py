@@ -23,14 +23,14 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
     from madengine.core.version import __version__
     from madengine.bench.backends import get_backend
     from madengine.bench.runner import gpu_architecture
-    from madengine.bench.scorecard.cells import PASS, RECORD_STATUS
+    from madengine.bench.scorecard.cells import INCONCLUSIVE, RECORD_STATUS, TIMED
     from madengine.core.clock import utc_now
     from madengine.core.ids import machine_name
 
     vendor = get_backend(split_cell(cell.backend)[0]).device_vendor
     record = PerfRecord(
         model=card.entry.name, status=RECORD_STATUS[cell.status],
-        reason="" if cell.status == PASS else f"{cell.status}: {cell.reason}",
+        reason="" if cell.status in TIMED else f"{cell.status}: {cell.reason}",
         n_gpus="0" if vendor == "CPU" else "1", args=_args_text(card, cell, request), tags=card.entry.set,
         machine_name=machine_name(), gpu_architecture=gpu_architecture(vendor),
         pipeline=request.environ.get("pipeline", ""), build_number=request.environ.get("BUILD_NUMBER", "0"),
@@ -40,9 +40,11 @@ def cell_record(card: "ModelCard", cell: "Cell", request: "ScorecardRequest", su
         test_duration=duration, context={"backend": cell.backend, "reference": card.reference,
                                          "metric": request.metric, "threads": request.threads or "auto"})
     stats = cell.answer.get("stats")
-    if cell.status == PASS and stats:
+    if cell.status in TIMED and stats:
         value, record.metric = metric_value(stats, request.metric)
         record.performance = significant(value)
+    if cell.status == INCONCLUSIVE:
+        record.add_warnings([f"output check INCONCLUSIVE: {cell.reason}"])
     set_column(record, "backend", cell.backend)
     set_reported(record, cell.precision, _environment(cell))
     record.extra.update(_columns(card, cell, request))

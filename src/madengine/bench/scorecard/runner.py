@@ -14,7 +14,9 @@ A cell is one backend at one precision (``openvino-cpu`` at f32, the default for
 ``openvino-cpu:bf16`` opt-in, by name or ``--precision``); the reference always computes at f32.
 A reduced-precision cell is checked with its precision's tolerance
 (:func:`madengine.bench.correctness.tolerance_for`). A cell is PASS, MISMATCH (a FAILURE row: a wrong
-answer is never a success), UNSUPPORTED (a SKIPPED row: an operator the backend lacks, a GPU that is
+answer is never a success), INCONCLUSIVE (a SUCCESS row with its figure and a warning: the reference
+output is degenerate, ~0, constant, NaN or infinite, so the check cannot tell; the reference cell
+itself says so), UNSUPPORTED (a SKIPPED row: an operator the backend lacks, a GPU that is
 absent, a backend not installed, a precision the backend or the CPU cannot compute natively) or
 ERROR (a FAILURE row). The latency ratio is the cell's p50 over the p50 of onnxruntime CPU without
 optimisation (at f32) on the same model.
@@ -27,6 +29,7 @@ model_step instead. trace.json goes to the run folder after each model (docs/tra
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from pathlib import Path
@@ -35,14 +38,14 @@ from typing import Any, Callable
 from madengine.bench.backends import CPU_BACKENDS, GPU_BACKENDS, cell_name, split_cell
 from madengine.bench.backends.cell import ERROR as CELL_ERROR
 from madengine.bench.backends.cell import RAN, run_cell
-from madengine.bench.correctness import Tolerance, compare_outputs, tolerance_for
+from madengine.bench.correctness import Tolerance, compare_outputs, degenerate, tolerance_for
 from madengine.bench.harness import HarnessInputError
 from madengine.bench.harness import precision as numerics
 from madengine.bench.harness.engine import sha256_file
 from madengine.bench.harness.inputs import generate, resolve_shapes
 from madengine.bench.scorecard.card import (BASELINE, DEFAULT_REFERENCE, Cell, ModelCard, ScorecardRequest,
                                             ScorecardSummary)
-from madengine.bench.scorecard.cells import ERROR, MISMATCH, PASS, UNSUPPORTED
+from madengine.bench.scorecard.cells import ERROR, INCONCLUSIVE, PASS, TIMED, UNSUPPORTED
 from madengine.bench.spans import PhaseSpans, model_attributes
 from madengine.bench.suite import ModelEntry, chosen_precisions, load_suite
 from madengine.core.errors import ExecutionError, InputError
@@ -51,6 +54,18 @@ from madengine.results import append_records
 from madengine.results.spans import describe_span
 from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
+
+@dataclasses.dataclass(frozen=True)
+class Begun:
+    """When a cell began, and how busy the host was then (its row's host_load_start)."""
+
+    monotonic: float
+    load: float | None
+
+    @classmethod
+    def now(cls, request: ScorecardRequest) -> "Begun":
+        return cls(time.monotonic(), request.load())
+
 
 #: runs one cell: (backend id, model file, feeds, shapes, timed, batch size, key, phase hook, precision)
 #: → (run_cell JSON, outputs)
@@ -70,6 +85,7 @@ def run_scorecard(request: ScorecardRequest, reporter: Reporter | None = None) -
     summary.run_dir.mkdir(parents=True, exist_ok=True)
     for card in cards:
         _prepare(card, request, summary.run_dir, reporter)
+        _require_modes(card, request)
     runner, close = _cell_runner(request, summary, reporter)
     reporter.message(f"madengine: scorecard {run_id}: {len(cards)} model(s), "
                      f"{sum(len(c.backends) for c in cards)} cell(s)"
@@ -187,6 +203,28 @@ def _prepare(card: ModelCard, request: ScorecardRequest, run_dir: Path, reporter
     card.shapes, card.batch_size = _shapes(entry)
 
 
+def _require_modes(card: ModelCard, request: ScorecardRequest) -> None:
+    """A cell at a precision its backend has no way to compute this model at, on any machine (ONNX
+    Runtime's CPU provider or TVM at bf16: no mode, and not the model's own type), is bad input: exit 2
+    naming the cell and what its backend can run. What this machine lacks (a CPU without bf16
+    instructions) is an UNSUPPORTED cell instead: a fact about the host, not about the request."""
+    from madengine.bench.backends import BackendError, get_backend
+
+    if card.problem:
+        return
+    for name in card.backends:
+        backend, precision = split_cell(name)
+        if not precision:
+            continue
+        try:
+            get_backend(backend).check_mode(precision, card.entry.path)
+        except BackendError as exc:
+            named_by = "--backends" if name in (request.backends or []) else \
+                card.entry.source if name in card.entry.backends else "--precision"
+            raise InputError(f"cell {name}: {exc.message}", path=named_by, field=f"model '{card.entry.name}'",
+                             hint="name the cells that can, e.g. --backends openvino-cpu:bf16") from None
+
+
 def _shapes(entry: ModelEntry) -> tuple[dict[str, tuple[int, ...]], int]:
     from madengine.bench.harness.inputs import batch_size_of
     from madengine.bench.runner import declared_signature
@@ -230,7 +268,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
         for backend in card.backends:
             with _cell_span(tracer, card, backend, summary) as span:
                 _finish(card, Cell(backend, ERROR, card.problem, is_reference=backend == card.reference), request,
-                        summary, reporter, time.monotonic(), tracer, span)
+                        summary, reporter, Begun.now(request), tracer, span)
         return
     import onnx  # noqa: F401 - declared_signature needed it already; the feeds need numpy
 
@@ -251,7 +289,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
     baseline: float | None = None
     for name in card.backends:
         with _cell_span(tracer, card, name, summary) as span:
-            started = time.monotonic()
+            started = Begun.now(request)
             is_reference = name == card.reference
             if reference_failure or (reference_outputs is None and not is_reference):
                 why = reference_failure or "the reference produced no outputs"
@@ -265,7 +303,7 @@ def _score(card: ModelCard, request: ScorecardRequest, summary: ScorecardSummary
                                      key=_key(entry.name, name), phase=phases, precision=precision or numerics.DEFAULT)
             cell = _judge(name, answer, outputs, reference_outputs, card.tolerance, is_reference, phases)
             if is_reference:
-                reference_outputs = outputs if cell.status == PASS else None
+                reference_outputs = outputs if cell.status in TIMED else None
                 if reference_outputs is None:
                     reference_failure = cell.reason
             if name == BASELINE and cell.p50_ms:
@@ -289,21 +327,26 @@ def _judge(name: str, answer: dict[str, Any], outputs: dict[str, Any], reference
         status = ERROR if outcome == CELL_ERROR else UNSUPPORTED
         return Cell(name, status, answer.get("reason", ""), answer.get("operator"), is_reference, answer)
     if is_reference:
+        cannot_tell = [f"output '{key}': {why}" for key, why in ((k, degenerate(v)) for k, v in outputs.items()) if why]
+        if cannot_tell:
+            return Cell(name, INCONCLUSIVE, "; ".join(cannot_tell) + ": no backend's answer can be told right or wrong "
+                        "against it", None, True, answer)
         return Cell(name, PASS, "reference", None, True, answer)
     tolerance = tolerance_for(answer.get("precision") or answer.get("precision_requested") or numerics.DEFAULT,
                               model_tolerance)
     with phase(names.SPAN_CHECK):
         verdict = compare_outputs(outputs, reference or {}, tolerance)
-    status = PASS if verdict.ok else MISMATCH
-    return Cell(name, status, verdict.reason(), None, False, answer, verdict, tolerance=tolerance)
+    return Cell(name, verdict.status, verdict.reason(), None, False, answer, verdict, tolerance=tolerance)
 
 
 def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: ScorecardSummary, reporter: Reporter,
-            started: float, tracer: Any, span: Any) -> None:
+            started: Begun, tracer: Any, span: Any) -> None:
     """The cell's row to perf.csv at once; its status, figure and ratio on its span."""
+    from madengine.bench.columns import set_host_load
     from madengine.bench.scorecard.records import cell_record
 
-    cell.record = cell_record(card, cell, request, summary, time.monotonic() - started)
+    cell.record = cell_record(card, cell, request, summary, time.monotonic() - started.monotonic)
+    set_host_load(cell.record, started.load, request.load())
     describe_span(span, cell.record)
     span.set_attribute(names.ATTR_SCORECARD_STATUS, cell.status)
     if cell.ratio:
@@ -315,6 +358,8 @@ def _finish(card: ModelCard, cell: Cell, request: ScorecardRequest, summary: Sco
     shown += f" ({cell.ratio:.2f}x)" if cell.ratio else ""
     reporter.message(f"madengine: {card.entry.name} × {cell.backend}: {cell.status}{shown}"
                      + (f" ({cell.reason})" if cell.status != PASS else ""))
+    for warning in cell.record.warning_list():
+        reporter.message(f"madengine: warning: {card.entry.name} × {cell.backend}: {warning}")
 
 
 def _key(model: str, backend: str) -> str:

@@ -19,9 +19,10 @@ from madengine.cli.commands import SUMMARIES
 DESCRIPTION = """\
 Benchmark ONNX models on ONNX Runtime with generated inputs: warm-up runs, then timed runs
 (a count, or a minimum time), at f32 unless --precision asks otherwise (a precision the provider
-cannot compute is a SKIPPED row). Reports n, mean, stddev, CV, min, p50/p90/p95/p99, max latency and
-inferences/s and samples/s, appends one row per model and provider to perf.csv, and prints a
-table (stdout; with --json the JSON goes to stdout and the table to stderr).
+has no mode for is bad input, exit 2). Reports n, p50 (the headline: perf.csv's samples/s is the
+median's), p90/p95/p99, min, max, mean, stddev, CV and the mean's throughput, appends one row per model
+and provider to perf.csv (with the host's load at start and end), and prints a table (stdout; with
+--json the JSON goes to stdout and the table to stderr).
 Given Python scripts (SCRIPT.py[::HASH,...] or --all --search-dir DIR), runs each under a hook
 that finds every torch.nn.Module it calls (--analyze-only prints them as a tree), exports each to
 ONNX with the observed shapes and optimises it (build cache: --cache-dir, --rebuild), then
@@ -29,7 +30,7 @@ benchmarks it on ONNX Runtime and on PyTorch eager with the same inputs and chec
 against each other (a mismatch is a FAILURE row). Needs the torch extra (pip install 'madengine[torch]').
 Exit 0 all ran, 1 a model failed to load, export or run, mismatched, or a script found no model
 (FAILURE row), 2 bad input (a missing file, a sha256 mismatch, an unresolved dynamic dimension, a
-provider this onnxruntime lacks, torch not installed)."""
+provider this onnxruntime lacks, a precision it cannot run, torch not installed)."""
 
 EXAMPLES = """\
 examples:
@@ -91,7 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="also profile each node (separate session) and print the per-operator table")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
-                        help="perf.csv 'performance': samples/s (throughput, default) or p50 latency in ms")
+                        help="perf.csv 'performance': samples/s at the median latency (throughput, default) or "
+                             "p50 latency in ms")
     parser.add_argument("--no-cache", action="store_true", help="do not use or fill the prepared-model cache")
     add_perf_csv_argument(parser, "-o", "--output")
     parser.add_argument("--runs-dir", default="madengine_runs", metavar="DIR",
@@ -141,7 +143,8 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         batch_size=args.batch_size, shapes=args.shape, axes=args.axes, warmup=args.warmup,
         iterations=args.iterations, min_time=args.min_time, threads=args.threads, seed=args.seed,
         profile=args.profile, metric=args.metric, output=Path(args.perf_csv), runs_dir=Path(args.runs_dir),
-        precisions=args.precision or ["f32"], use_cache=not args.no_cache, command_line=env.host().command_line, environ=environ, **trace_settings(args))
+        precisions=args.precision or ["f32"], use_cache=not args.no_cache, command_line=env.host().command_line,
+        environ=environ, load=env.host().load, **trace_settings(args))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
     if args.json:
@@ -204,7 +207,7 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
         provider=providers[0], warmup=args.warmup, iterations=args.iterations, min_time=args.min_time,
         threads=args.threads, metric=args.metric, atol=args.atol, rtol=args.rtol, output=Path(args.perf_csv),
         runs_dir=Path(args.runs_dir), command_line=env.host().command_line, environ=dict(env.environ),
-        **trace_settings(args))
+        load=env.host().load, **trace_settings(args))
     summary = run_scripts(request, CliReporter(env))
     text = "\n\n".join(render_tree(script) for script in summary.scripts)
     if not args.analyze_only and summary.records:
@@ -300,14 +303,14 @@ def render_script_table(summary) -> str:
                 status = record.status if record.ok else f"{record.status}: {record.reason}"
                 if stats:
                     rows.append((record.model, model.info.name, result.backend, stats["batch_size"], stats["n"],
-                                 _ms(stats["mean_ms"]), f"{stats['cv']:.1%}", _ms(stats["p50_ms"]),
-                                 _ms(stats["p99_ms"]), f"{stats['samples_per_second']:.2f}", check, status))
+                                 _ms(stats["p50_ms"]), _ms(stats["p99_ms"]), _ms(stats["mean_ms"]), f"{stats['cv']:.1%}",
+                                 f"{stats['median_samples_per_second']:.2f}", check, status))
                 else:
                     rows.append((record.model, model.info.name, result.backend, "", "", "", "", "", "", "", check,
                                  status))
         for failure in script.failures:
             rows.append((failure.model, "", "", "", "", "", "", "", "", "", "", f"{failure.status}: {failure.reason}"))
-    return table(("model", "name", "backend", "batch", "n", "mean_ms", "cv", "p50_ms", "p99_ms", "samples/s", "check",
+    return table(("model", "name", "backend", "batch", "n", "p50_ms", "p99_ms", "mean_ms", "cv", "samples/s", "check",
                   "status"), rows, max_width=80)
 
 
@@ -323,15 +326,15 @@ def render_tables(summary) -> str:
         record, stats = outcome.record, (outcome.result or {}).get("stats")
         if stats:
             rows.append((record.model, outcome.provider, record.training_precision, stats["batch_size"], stats["n"],
-                         _ms(stats["mean_ms"]),
-                         _ms(stats["stddev_ms"]), f"{stats['cv']:.1%}", _ms(stats["min_ms"]), _ms(stats["p50_ms"]),
+                         _ms(stats["p50_ms"]), f"{stats['median_samples_per_second']:.2f}", _ms(stats["min_ms"]),
                          _ms(stats["p90_ms"]), _ms(stats["p95_ms"]), _ms(stats["p99_ms"]), _ms(stats["max_ms"]),
-                         f"{stats['inferences_per_second']:.2f}", f"{stats['samples_per_second']:.2f}", record.status))
+                         _ms(stats["mean_ms"]), _ms(stats["stddev_ms"]), f"{stats['cv']:.1%}",
+                         f"{stats['samples_per_second']:.2f}", record.status))
         else:
             rows.append((record.model, outcome.provider, "", "", "", "", "", "", "", "", "", "", "", "", "", "",
                          f"{record.status}: {record.reason}"))
-    parts = [table(("model", "provider", "precision", "batch", "n", "mean_ms", "std_ms", "cv", "min_ms", "p50_ms", "p90_ms",
-                    "p95_ms", "p99_ms", "max_ms", "infer/s", "samples/s", "status"), rows, max_width=60)]
+    parts = [table(("model", "provider", "precision", "batch", "n", "p50_ms", "samples/s", "min_ms", "p90_ms", "p95_ms",
+                    "p99_ms", "max_ms", "mean_ms", "std_ms", "cv", "mean samples/s", "status"), rows, max_width=60)]
     for outcome in summary.outcomes:
         profile = (outcome.result or {}).get("profile")
         if not profile:

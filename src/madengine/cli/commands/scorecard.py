@@ -19,8 +19,10 @@ with the same seeded inputs; check each backend's outputs against the reference 
 without optimisation, or onnx's reference evaluator) with per-model tolerances; time each with
 the harness of 'madengine bench'. Every backend computes at f32 unless a cell asks for another
 precision (openvino-cpu:bf16, or --precision), checked with that precision's tolerance; a precision
-a backend or this CPU cannot compute natively is an UNSUPPORTED cell. A cell is PASS, MISMATCH,
-UNSUPPORTED or ERROR. Prints a grid (models x cells: status, the precision the runtime computed in,
+a backend has no mode for is bad input (exit 2), one this CPU cannot compute natively an UNSUPPORTED
+cell. Outputs are compared at the reference's scale (atol is a fraction of its RMS); a reference
+output that is ~0, constant, NaN or infinite cannot tell right from wrong: INCONCLUSIVE, never PASS.
+A cell is PASS, MISMATCH, INCONCLUSIVE, UNSUPPORTED or ERROR. Prints a grid (models x cells: status, the precision the runtime computed in,
 p50, ratio to the reference), appends one perf.csv row per cell (and
 imports them into the results database with --db-url or MADENGINE_DB_URL), writes an HTML page
 with --html. Exit 0 no MISMATCH or ERROR, 1 a MISMATCH or ERROR (FAILURE rows), 2 bad input."""
@@ -31,7 +33,7 @@ examples:
   madengine scorecard models.yaml --backends onnxruntime-cpu-opt-all,openvino-cpu --iterations 100 --threads 1
   madengine scorecard models.yaml --html scorecard.html --json > scorecard.json
   madengine scorecard models.yaml --backends onnxruntime-cpu-opt-all,openvino-cpu,openvino-cpu:bf16
-  madengine scorecard models.yaml --precision f32,bf16           # every backend at both
+  madengine scorecard models.yaml --backends openvino-cpu --precision f32,bf16   # at both
   madengine scorecard models.yaml --image my-backends:latest     # each cell in a container of that image
 """
 
@@ -63,7 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rtol", type=tolerance, metavar="X",
                         help="relative tolerance for models that set none (default 1e-4)")
     parser.add_argument("--metric", choices=("throughput", "p50"), default="throughput",
-                        help="perf.csv 'performance' of a PASS cell: samples/s (default) or p50 latency in ms")
+                        help="perf.csv 'performance' of a PASS cell: samples/s at the median latency (default) "
+                             "or p50 latency in ms")
     parser.add_argument("--image", metavar="IMAGE",
                         help="run each cell in a container of IMAGE (docker executor; never pulled); the image needs "
                              "python3, numpy and the backends' packages (docs/scorecard.md)")
@@ -86,7 +89,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         min_time=args.min_time, threads=args.threads, seed=args.seed, metric=args.metric, atol=args.atol,
         rtol=args.rtol, image=args.image, precisions=args.precision or ["f32"], output=Path(args.perf_csv),
         runs_dir=Path(args.runs_dir),
-        command_line=env.host().command_line, environ=dict(env.environ),
+        command_line=env.host().command_line, environ=dict(env.environ), load=env.host().load,
         **trace_settings(args))
     db_url = args.db_url or env.environ.get("MADENGINE_DB_URL") or None
     if db_url:
