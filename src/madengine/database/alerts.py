@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from madengine.core.errors import InputError
+from madengine.results.identity import ResultIdentity
 from madengine.results.series import Change
 from madengine.stats.changepoint import MIN_SEGMENT
 
@@ -244,6 +245,11 @@ def summaries(alerts: Iterable[Alert]) -> list[Summary]:
     made.sort(key=lambda s: (s.started_at, s.summary_id), reverse=True)
     made.sort(key=lambda s: not any(a.kind == "regression" and a.state == UNTRIAGED for a in s.alerts))
     return made
+
+
+def commits_of(rows: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Per identity key, the ``git_commit`` of its row among ``rows`` (one run's), when it has one."""
+    return {ResultIdentity.from_row(r).key(): commit for r in rows if (commit := (r.get("git_commit") or "").strip())}
 
 
 def commit_ranges(summary: Summary, commits_at: Callable[[str], Mapping[str, str]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -23,7 +24,6 @@ from madengine.database import importer
 from madengine.database import rows as rowlib
 from madengine.database.mongo import MongoStore, UploadResult, mongo_errors, upload
 from madengine.database.series import reference_values
-from madengine.results.identity import ResultIdentity
 from madengine.database.sql import DEFAULT_TABLE, RunInfo, SqlStore, TableState, driver_errors
 from madengine.database.urls import DbUrl, check_identifier, resolve_mongo_url, resolve_sql_url
 
@@ -303,29 +303,38 @@ class TriageOutcome:
                 "unchanged": [a.alert_id for a in self.unchanged], "alerts": [a.to_json() for a in self.alerts]}
 
 
+def triage_chosen(store: Store, alert_ids: Sequence[str], summary: str | None,
+                  decide: Callable[[], alertlib.Triage]) -> TriageOutcome:
+    """One decision about several alerts at once: those of ``alert_ids``, or of summary ``summary``
+    (every one of it, or those of ``alert_ids`` when given, which must belong to it). The ids are
+    checked before the decision is made (``decide`` checks the state, note, links and who)."""
+    _require_history(store)
+    if not alert_ids and summary is None:
+        raise InputError("name the alerts: one or more ids, or a summary", path="alert",
+                         hint="'madengine report alerts summaries' lists the summaries and their alerts")
+    chosen = find_alerts(store, alert_ids) if alert_ids else []
+    if summary is not None:
+        group = find_summary(store, summary)
+        inside = {a.alert_id for a in group.alerts}
+        outside = [a.alert_id for a in chosen if a.alert_id not in inside]
+        if outside:
+            raise InputError(f"alert {outside[0]} is not in summary {summary[:80]!r}", path="alert",
+                             hint="'madengine report alerts summaries' shows the alerts of each summary")
+        chosen = chosen or group.alerts
+    changed, unchanged = triage_alerts(store, chosen, decide())
+    return TriageOutcome(changed, unchanged, summary or "")
+
+
 def set_alerts(alert_ids: Sequence[str], decide: Callable[[], alertlib.Triage], db_url: str | None = None,
                environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE, *,
                summary: str | None = None) -> TriageOutcome:
-    """Record one triage decision about several alerts at once (``report alerts set``): the alerts of
-    ``alert_ids``, or of summary ``summary`` (every one of it, or those of ``alert_ids`` when given,
-    which must belong to it). The ids are checked before the decision is made (``decide``, which
-    checks the state, note, links and who)."""
+    """Record one triage decision about several alerts at once (``report alerts set``; see
+    :func:`triage_chosen`)."""
     environ = _environ(environ)
     url = resolve_sql_url(db_url, environ)
     with open_store(url, table, environ, create=False) as store:
         store.require_table()
-        _require_history(store)
-        chosen = find_alerts(store, alert_ids) if alert_ids else []
-        if summary is not None:
-            group = find_summary(store, summary)
-            inside = {a.alert_id for a in group.alerts}
-            outside = [a.alert_id for a in chosen if a.alert_id not in inside]
-            if outside:
-                raise InputError(f"alert {outside[0]} is not in summary {summary[:80]!r}", path="alert",
-                                 hint=f"'madengine report alerts summaries' shows the alerts of each summary")
-            chosen = chosen or group.alerts
-        changed, unchanged = triage_alerts(store, chosen, decide())
-        return TriageOutcome(changed, unchanged, summary or "")
+        return triage_chosen(store, alert_ids, summary, decide)
 
 
 def set_alert(alert_id: str, decision: alertlib.Triage, db_url: str | None = None,
@@ -349,23 +358,10 @@ def list_summaries(db_url: str | None = None, environ: Mapping[str, str] | None 
         chosen = [a for a in store.load_alerts() if a.detected and (not states or a.state in states)
                   and (not kinds or a.kind in kinds)]
         made = alertlib.summaries(chosen)[:limit]
-        commits = run_commits(store.fetch_run)
+        commits = functools.lru_cache(maxsize=None)(lambda run: alertlib.commits_of(store.fetch_run(run)))
         for summary in made:
             summary.commits = alertlib.commit_ranges(summary, commits)
         return made
-
-
-def run_commits(fetch_run: Callable[[str], Sequence[Mapping[str, str]]]) -> Callable[[str], dict[str, str]]:
-    """``commits_at(run)`` for :func:`madengine.database.alerts.commit_ranges`: per identity key, the
-    ``git_commit`` of its row in that run (read once per run)."""
-    made: dict[str, dict[str, str]] = {}
-
-    def commits_at(run_id: str) -> dict[str, str]:
-        if run_id not in made:
-            made[run_id] = {ResultIdentity.from_row(r).key(): (r.get("git_commit") or "").strip()
-                            for r in fetch_run(run_id) if (r.get("git_commit") or "").strip()}
-        return made[run_id]
-    return commits_at
 
 
 def show_alert(alert_id: str, db_url: str | None = None, environ: Mapping[str, str] | None = None,

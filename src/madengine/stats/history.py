@@ -24,9 +24,10 @@ Method (docs/statistics.md, "Against the history"):
   this level the interval needs to be that narrow (:func:`more_runs`), shown as ``not yet known (N
   more runs)`` (:func:`state_words`).
 
-:func:`judge_latest` judges the latest run of a series twice: alone at 0.08 % and together with the two
-runs before it at 0.72 % (Bonferroni: the pair keeps the false-alarm rate at most ``LATEST_ALPHA``,
-0.8 %, under the 1 % asked for with room for the chance a change detection adds). One run after a 5 %
+:func:`judge_latest` judges the latest run of a series twice: alone at 0.09 % and together with the two
+runs before it at 0.81 % (Bonferroni: the pair keeps the false-alarm rate at most ``LATEST_ALPHA``,
+0.9 %, under the 1 % asked for with room for what the change detection adds; 50 runs of history
+still find a 5 % step by the third run 91 % of the time). One run after a 5 %
 step at a CV of 2 % is 2.4 standard deviations out, which no test of one figure can call at 1 % false
 alarms more than 57 % of the time (the best one-sided test); three runs after it, their mean is 4.2
 standard errors out. Only the latest run's own interval says ``unchanged``: the mean of three runs
@@ -47,7 +48,7 @@ from .distributions import t_ppf, t_two_sided_p
 from .summary import percentile
 
 ALPHA = 0.008  #: false-alarm rate of one verdict on one figure (two-sided)
-LATEST_ALPHA = 0.008  #: judge_latest's two tests together
+LATEST_ALPHA = 0.009  #: judge_latest's two tests together
 CONFIDENCE = 0.95  #: the interval that says "unchanged"
 MIN_HISTORY = 10  #: reference runs a verdict needs
 MAX_HISTORY = 100  #: the stable segment's latest runs that make the reference (all of it up to this many)
@@ -118,11 +119,11 @@ def _finite(values: Sequence[float]) -> list[float]:
     return out
 
 
-def reference(values: Sequence[float]) -> Reference | None:
-    """The :class:`Reference` of a stable segment's figures (the latest ``MAX_HISTORY``); None with
+def reference(values: Sequence[float], cap: int = MAX_HISTORY) -> Reference | None:
+    """The :class:`Reference` of a stable segment's figures (the latest ``cap``); None with
     fewer than ``MIN_HISTORY`` or when every figure is the same. (A dashboard makes thousands per
     comparison: the loops are the interpreter's own.)"""
-    figures = _finite(values[-MAX_HISTORY:])
+    figures = _finite(values[-cap:])
     if len(figures) < MIN_HISTORY:
         return None
     scale = "log" if min(figures) > 0 else "linear"
@@ -222,29 +223,30 @@ def judge(ref: Reference, new: Sequence[float], *, lower_is_better: bool, alpha:
     return result("inconclusive", f"{change:+.1%}, within the history's noise ({band})")
 
 
-def stable_segment(values: Sequence[float], changes: Sequence[int], end: int) -> list[float]:
+def stable_segment(values: Sequence[float], changes: Sequence[int], end: int, cap: int = MAX_HISTORY) -> list[float]:
     """The figures of ``values[:end]`` after the last change index before ``end``: the whole segment,
-    at most its latest ``MAX_HISTORY``."""
+    at most its latest ``cap``."""
     start = max((c for c in changes if c < end), default=0)
-    return list(values[max(start, end - MAX_HISTORY):end])
+    return list(values[max(start, end - cap):end])
 
 
 def judge_latest(values: Sequence[float], changes: Sequence[int], *, lower_is_better: bool, alpha: float = LATEST_ALPHA,
-                 min_effect: float = DEFAULT_MIN_EFFECT) -> HistoryVerdict | None:
+                 min_effect: float = DEFAULT_MIN_EFFECT, cap: int = MAX_HISTORY) -> HistoryVerdict | None:
     """The latest figure of a series (one per run, oldest first; ``changes``: its change indexes)
     against its stable segment: alone at α·``LATEST_SHARE``, and with the ``SEQUENCE_RUNS - 1`` runs
     before it at the rest of α when no change lies among them; the more significant decides. Else
     the latest run's own verdict (``unchanged`` only when its own interval says so; the runs before
     it would dilute a step at it), or the latest runs' when they all follow a change point (the
     latest run alone has no segment of its own yet). None when the segment before the latest run
-    is shorter than ``MIN_HISTORY``."""
+    is shorter than ``MIN_HISTORY``. ``cap``: at most this many runs of the segment (the
+    benchmark's figures for other caps)."""
     n = len(values)
     verdicts = []
     for k, what, level in ((1, "latest run", alpha * LATEST_SHARE),
                            (SEQUENCE_RUNS, f"latest {SEQUENCE_RUNS} runs", alpha * (1 - LATEST_SHARE))):
         if n <= k or any(n - k < c < n for c in changes):
             continue
-        ref = reference(stable_segment(values, changes, n - k))
+        ref = reference(stable_segment(values, changes, n - k, cap), cap)
         if ref is not None:
             verdicts.append(judge(ref, values[n - k:], lower_is_better=lower_is_better, alpha=level,
                                   min_effect=min_effect, what=what))

@@ -170,12 +170,8 @@ def account_name(environ) -> str:
 
 
 def handle_set(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from madengine.core.errors import InputError
     from madengine.database import set_alerts, triage
 
-    if not args.alert and args.summary is None:
-        raise InputError("name the alerts: one or more IDs, or --summary RUN", path="alert",
-                         hint="'madengine report alerts summaries' lists the summaries and their alerts")
     by = args.by if args.by is not None else account_name(env.environ)
     outcome = set_alerts(args.alert, lambda: triage(args.state, args.note, args.link, by, prefix="--"),
                          args.db_url, env.environ, args.table, summary=args.summary)
