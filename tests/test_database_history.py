@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import random
+import re
 import sqlite3
 
 import pytest
@@ -310,6 +312,8 @@ def test_report_alerts_lists_shows_and_sets(workdir, cli):
     (["set", "{id}", "--state", "invalid", "--by", ""], "--by: say who decides"),
     (["set", "{id}", "--state", "invalid", "--note", "x" * 2001], "--note: at most 2000 characters"),
     (["show", "--db-url", "sqlite:///missing.db", "0123456"], "database file not found"),
+    (["set", "--summary", "nosuchrun", "--state", "invalid"], "no alert summary 'nosuchrun'"),
+    (["summaries", "--limit", "-1"], "--limit: must be 0 or more"),
 ])
 def test_report_alerts_bad_input_is_one_line(workdir, cli, argv, fragment):
     write_perf_csv(workdir / "perf.csv", stepped("slow", 30, 15))
@@ -317,6 +321,87 @@ def test_report_alerts_bad_input_is_one_line(workdir, cli, argv, fragment):
     alert = json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"][0]["alert_id"]
     result = cli("report", "alerts", *[a.replace("{id}", alert) for a in argv])
     assert result.code == 2 and fragment in one_error_line(result.stderr), result
+
+
+def one_bad_run(models: int, runs: int = 30, at: int = 20, improved: int = 0) -> list[dict]:
+    """``models`` results whose run ``at`` is 10 % slower (the last ``improved`` of them 10 % faster),
+    each row carrying the commit it ran: commit c<k> for run k."""
+    rows = []
+    for m in range(models):
+        step = 0.10 if m >= models - improved else -0.10
+        for row in stepped(f"model{m:02d}", runs, at, seed=m + 1, step=step):
+            row["git_commit"] = f"c{int(row['run_id'][3:]):07d}"
+            rows.append(row)
+    return rows
+
+
+def test_alerts_are_summarised_by_the_run_that_introduced_them_and_triaged_at_once(workdir, cli):
+    write_perf_csv(workdir / "perf.csv", one_bad_run(5, improved=1) + stepped("other", 30, 10, seed=40, step=-0.2))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    listed = cli("report", "alerts", "summaries", "--json")
+    assert listed.code == 0, listed
+    summaries = json.loads(listed.stdout)["summaries"]
+    assert [(s["summary_id"], s["alerts"], s["regressions"], s["improvements"]) for s in summaries] == \
+        [("run020", 5, 4, 1), ("run010", 1, 1, 0)]  # both untriaged: the newest first
+    first = summaries[0]
+    assert [a["kind"] for a in first["items"]] == ["regression"] * 4 + ["improvement"]  # the worst first
+    assert first["commits"] == [{"from": "c0000019", "to": "c0000020", "alerts": 5, "range": "c0000019..c0000020"}]
+    text = cli("report", "alerts", "summaries")
+    assert "summary run020" in text.stdout and "4 regression(s), 1 improvement(s), 5 untriaged" in text.stdout
+    assert "commits c0000019..c0000020" in text.stdout
+    assert re.search(r"samples/s  \u22129\.\d %, worse", text.stdout) and re.search(r" \+10\.\d %, better", text.stdout)
+    # the whole summary with one command
+    done = cli("report", "alerts", "set", "--summary", "run020", "--state", "invalid", "--by", "bob", "--json")
+    assert done.code == 0, done
+    outcome = json.loads(done.stdout)
+    assert outcome["summary"] == "run020" and len(outcome["changed"]) == 5 and outcome["unchanged"] == []
+    assert "5 alerts are now invalid, by bob" in done.stderr
+    states = {a["after_run"]: a["state"] for a in json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"]
+              if a["after_run"] == "run020"}
+    assert set(states.values()) == {"invalid"}
+    assert [s["summary_id"] for s in json.loads(cli("report", "alerts", "summaries", "--state", "untriaged",
+                                                    "--json").stdout)["summaries"]] == ["run010"]
+    # chosen alerts of a summary; again: nothing new written
+    two = [a["alert_id"] for a in first["items"][:2]]
+    assert cli("report", "alerts", "set", *two, "--summary", "run020", "--state", "expected", "--by", "bob").code == 0
+    again = cli("report", "alerts", "set", *two, "--summary", "run020", "--state", "expected", "--by", "carol")
+    assert again.code == 0 and again.stderr.count("expected already") == 2 and "now" not in again.stderr, again
+    log = json.loads(cli("report", "alerts", "show", two[0], "--json").stdout)["log"]
+    assert [(e["state"], e["by"]) for e in log] == [("invalid", "bob"), ("expected", "bob")]
+
+
+def test_a_bulk_set_names_what_is_not_in_its_database_and_changes_nothing(workdir, cli):
+    write_perf_csv(workdir / "a.csv", one_bad_run(3))
+    write_perf_csv(workdir / "b.csv", stepped("elsewhere", 30, 12, seed=9))
+    assert cli("database", "update-table", "--csv-file-path", "a.csv", "--db-url", "sqlite:///a.db").code == 0
+    assert cli("database", "update-table", "--csv-file-path", "b.csv", "--db-url", "sqlite:///b.db").code == 0
+    ours = [a["alert_id"] for a in json.loads(cli("report", "alerts", "list", "--db-url", "sqlite:///a.db",
+                                                  "--json").stdout)["alerts"]]
+    [theirs] = [a["alert_id"] for a in json.loads(cli("report", "alerts", "list", "--db-url", "sqlite:///b.db",
+                                                      "--json").stdout)["alerts"]]
+    mixed = cli("report", "alerts", "set", *ours, theirs, "--state", "fixed", "--by", "x", "--db-url", "sqlite:///a.db")
+    line = one_error_line(mixed.stderr)
+    assert mixed.code == 2 and "1 of 4 alerts are not in sqlite:///a.db table dlm_table" in line and theirs in line
+    assert all(a["state"] == "untriaged" for a in json.loads(cli("report", "alerts", "list", "--db-url",
+                                                                  "sqlite:///a.db", "--json").stdout)["alerts"])
+    outside = cli("report", "alerts", "set", ours[0], "--summary", "run012", "--state", "fixed", "--by", "x",
+                  "--db-url", "sqlite:///a.db")
+    assert outside.code == 2 and "no alert summary 'run012'" in one_error_line(outside.stderr)
+
+
+def test_report_alerts_set_checks_the_id_before_who_and_falls_back_to_the_account(workdir, cli):
+    import pwd
+
+    write_perf_csv(workdir / "perf.csv", stepped("slow", 30, 15))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    nobody = {"USER": "", "USERNAME": ""}
+    bad = cli("report", "alerts", "set", "0000000000", "--state", "invalid", environ=nobody)
+    assert bad.code == 2 and "no alert '0000000000'" in one_error_line(bad.stderr), bad
+    [alert] = json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"]
+    done = cli("report", "alerts", "set", alert["alert_id"], "--state", "acknowledged", "--json", environ=nobody)
+    assert done.code == 0 and json.loads(done.stdout)["updated_by"] == pwd.getpwuid(os.getuid()).pw_name, done
+    nothing = cli("report", "alerts", "set", "--state", "invalid")
+    assert nothing.code == 2 and "name the alerts" in one_error_line(nothing.stderr)
 
 
 @given(st.text(max_size=20) | st.sampled_from(["invalid", "FIXED", " expected "]), st.text(max_size=40),
