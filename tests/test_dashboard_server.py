@@ -68,6 +68,8 @@ def test_overview_latest_per_identity_failures_first(live):
     assert bert["tag_configs"] == "bs=64" and bert["label"] == "bert [bs=64] · docker · AMD gfx942 · 1 GPU"
     assert bert["latest"]["run_id"] == run_id(RUNS) and bert["rows"] == RUNS and bert["success"] == RUNS
     assert bert["latest"]["relative_change"]["sample_count"] == 5
+    # quiet (0.5 % noise): the latest run's own interval excludes a 3 % change
+    assert (bert["vs_baseline"]["state"], bert["vs_baseline"]["more_runs"]) == ("unchanged", None)
     # filters narrow the list, and the state is in the URL
     assert [i["model"] for i in live.json("/api/overview?status=SUCCESS&model=GP")["results"]["items"]] == ["gpt2"]
     assert [i["model"] for i in live.json("/api/identities?tag=bs=64")["items"]] == ["bert"]

@@ -420,6 +420,21 @@ def test_a_triage_is_checked_or_refused_in_one_line(state, note, links, by):
     assert all(link.startswith(("http://", "https://")) or link.isalnum() for link in decision.links)
 
 
+def test_the_stored_verdict_of_a_noisy_latest_run_says_how_many_more_runs(workdir, cli):
+    """At 2 % noise one run cannot exclude a 3 % change: the import stores 'not yet known (N more runs)'."""
+    from madengine.stats.history import state_words
+
+    rng = random.Random(8)
+    rows = [dict(model="noisy", metric="latency_ms", performance=round(100 * rng.lognormvariate(0, 0.02), 3),
+                 run_id=f"run{k:03d}", started_at=f"2026-01-01T00:{k:02d}:00Z") for k in range(40)]
+    write_perf_csv(workdir / "perf.csv", rows)
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    [state] = db_rows(workdir / "madengine.db", "dlm_table_series", "identity_key")
+    verdict = json.loads(state["verdict"])
+    assert verdict["verdict"] == "inconclusive" and verdict["n_history"] == 39 and verdict["run_id"] == "run039"
+    assert verdict["more_runs"] >= 1 and state_words(verdict) == f"not yet known ({verdict['more_runs']} more runs)"
+
+
 # --- compare against the history -----------------------------------------------------------------
 
 def test_compare_judges_single_runs_against_their_history(workdir, cli):
