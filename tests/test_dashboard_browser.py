@@ -196,15 +196,21 @@ def test_run_detail_links_the_log_and_the_trace(page, site):
     assert "traceEvents" in page.locator("body").inner_text()
 
 
-@pytest.fixture
-def triage_site(tmp_path, monkeypatch):
-    """The history of ``site``, served with an access token: triage needs one."""
-    monkeypatch.chdir(tmp_path)
+def served_with_token(tmp_path, perf_csv):
+    """A dashboard with an access token (triage needs one) over ``perf_csv`` imported into SQLite."""
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    update_table(write_history(tmp_path / "perf.csv"), url)
+    update_table(perf_csv, url)
     serving = LiveServer(ServerConfig(url=parse_url(url), runs_dir=tmp_path / "madengine_runs", port=0,
                                       token=TRIAGE_TOKEN))
     serving.url = url
+    return serving
+
+
+@pytest.fixture
+def triage_site(tmp_path, monkeypatch):
+    """The history of ``site``, served with an access token."""
+    monkeypatch.chdir(tmp_path)
+    serving = served_with_token(tmp_path, write_history(tmp_path / "perf.csv"))
     yield serving
     serving.stop()
 
@@ -257,10 +263,7 @@ def test_a_regression_is_triaged_invalid_and_leaves_the_first_screen(browser, tr
 def night_site(tmp_path, monkeypatch):
     """One night that made twenty results worse at once (tests/dashboard_helpers), served with a token."""
     monkeypatch.chdir(tmp_path)
-    url = f"sqlite:///{tmp_path / 'results.db'}"
-    update_table(write_bad_night(tmp_path / "night.csv"), url)
-    serving = LiveServer(ServerConfig(url=parse_url(url), runs_dir=tmp_path / "madengine_runs", port=0,
-                                      token=TRIAGE_TOKEN))
+    serving = served_with_token(tmp_path, write_bad_night(tmp_path / "night.csv"))
     yield serving
     serving.stop()
 

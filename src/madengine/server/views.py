@@ -425,15 +425,21 @@ class Dashboard:
                 "after_mean": alert.change.get("after", {}).get("mean"),
                 "trace_diff": alert.change.get("trace_diff", "")}
 
+    def _chosen_alerts(self, filters: Filters, version: Version) -> tuple[dict[str, Any], list[alertlib.Alert]]:
+        """The results the filters pick (by identity key), and their alerts the detection still finds
+        of the filters' ``kind`` and ``state``."""
+        items = {i["identity_key"]: i for i in self._items(version) if self._item_matches(i, picking_identities(filters))}
+        alerts = [a for a in self._alerts(version) if a.detected and a.identity_key in items
+                  and (not filters.kind or a.kind == filters.kind) and (not filters.state or a.state == filters.state)]
+        return items, alerts
+
     def alerts_view(self, filters: Filters) -> dict[str, Any]:
         """Every alert the detection still finds (of the results the filters pick), the most deserving
         first (or as ``sort`` asks), with the detector's precision per metric and per month."""
         version = self.version()
         if not version.exists:
             return self._empty(version, items=[])
-        items = {i["identity_key"]: i for i in self._items(version) if self._item_matches(i, picking_identities(filters))}
-        alerts = [a for a in self._alerts(version) if a.detected and a.identity_key in items
-                  and (not filters.kind or a.kind == filters.kind) and (not filters.state or a.state == filters.state)]
+        items, alerts = self._chosen_alerts(filters, version)
         ordered = sort_items(sorted(alerts, key=alertlib.priority), filters, ALERT_SORTS)
         page, paging = _page(ordered, filters)
         states = dict.fromkeys(alertlib.STATES, 0)
@@ -451,9 +457,7 @@ class Dashboard:
         version = self.version()
         if not version.exists:
             return self._empty(version, items=[])
-        items = {i["identity_key"]: i for i in self._items(version) if self._item_matches(i, picking_identities(filters))}
-        alerts = [a for a in self._alerts(version) if a.detected and a.identity_key in items
-                  and (not filters.kind or a.kind == filters.kind) and (not filters.state or a.state == filters.state)]
+        items, alerts = self._chosen_alerts(filters, version)
         made = alertlib.summaries(alerts)
         page, paging = _page(made, dataclasses.replace(filters, per_page=SUMMARIES_PER_PAGE))
         for summary in page:
