@@ -435,6 +435,34 @@ def test_the_stored_verdict_of_a_noisy_latest_run_says_how_many_more_runs(workdi
     assert verdict["more_runs"] >= 1 and state_words(verdict) == f"not yet known ({verdict['more_runs']} more runs)"
 
 
+@given(st.text(max_size=24) | st.from_regex(r"\s?[0-9a-fA-F]{4,18}\s?", fullmatch=True))
+def test_an_alert_id_as_typed_is_checked_or_refused_in_one_line(text):
+    """What `report alerts set/show` and the triage posts take as an alert id (user input: Hypothesis)."""
+    from madengine.database.api import checked_alert_id
+
+    try:
+        wanted = checked_alert_id(text)
+    except InputError as exc:
+        assert exc.path == "alert" and "\n" not in str(exc) and "not an alert id" in str(exc)
+        return
+    assert 6 <= len(wanted) <= 16 and set(wanted) <= set("0123456789abcdef") and wanted == text.strip().lower()
+
+
+@given(st.dictionaries(st.sampled_from(["alerts", "alert", "summary", "state", "by"]),
+                       st.text(max_size=20) | st.lists(st.text(max_size=18), max_size=4) | st.integers() | st.none()))
+def test_a_bulk_triage_body_names_its_alerts_or_is_refused_in_one_line(fields):
+    """The JSON body of the dashboard's bulk triage (user input: Hypothesis)."""
+    from madengine.server.triage import bulk_target
+
+    try:
+        ids, summary = bulk_target(fields)
+    except InputError as exc:
+        assert exc.path == "body" and "\n" not in str(exc)
+        return
+    assert all(isinstance(i, str) and i.strip() for i in ids) and (summary is None or (isinstance(summary, str)
+                                                                                      and summary))
+
+
 # --- compare against the history -----------------------------------------------------------------
 
 def test_compare_judges_single_runs_against_their_history(workdir, cli):

@@ -200,9 +200,10 @@ def _require_history(store: Store) -> None:
                          hint="'madengine database create-table' (or the next update-table) adds them")
 
 
-def _checked_id(alert_id: str) -> str:
+def checked_alert_id(alert_id: str) -> str:
+    """An alert id as typed (6 to 16 hex digits, any case, spaces around), lowercase; else one-line InputError."""
     wanted = (alert_id or "").strip().lower()
-    if len(wanted) < 6 or any(c not in "0123456789abcdef" for c in wanted):
+    if not 6 <= len(wanted) <= 16 or any(c not in "0123456789abcdef" for c in wanted):
         raise InputError(f"not an alert id: {alert_id[:40]!r}", path="alert",
                          hint="'madengine report alerts list' shows them (16 hex digits; 6 or more identify one)")
     return wanted
@@ -218,7 +219,7 @@ def find_alerts(store: Store, alert_ids: Sequence[str]) -> list[alertlib.Alert]:
     """The alerts of these ids (or prefixes of 6 or more), each once, in the order given. Ids this
     database does not have are named in one error: a bulk set changes the alerts of one database,
     all of them or none."""
-    wanted = list(dict.fromkeys(_checked_id(a) for a in alert_ids))
+    wanted = list(dict.fromkeys(checked_alert_id(a) for a in alert_ids))
     full = [w for w in wanted if len(w) == 16]
     every = store.load_alerts() if len(full) < len(wanted) else store.load_alerts(alert_ids=full)
     found, missing, ambiguous = [], [], []

@@ -72,19 +72,17 @@ def _back(target: str, anchor: str) -> str:
     return parts.path + (f"?{parts.query}" if parts.query else "") + f"#{anchor}"
 
 
-def _ids(fields: dict[str, Any]) -> list[str]:
+def bulk_target(fields: dict[str, Any]) -> tuple[list[str], str | None]:
+    """What a bulk post names: (alert ids, as given; the summary's run id or None). The ids are
+    checked against the database later (:func:`madengine.database.api.find_alerts`)."""
     ids = fields.get("alerts", fields.get("alert", []))
     ids = [ids] if isinstance(ids, str) else ids
     if not isinstance(ids, list) or not all(isinstance(v, str) for v in ids) or len(ids) > MAX_BULK:
         raise InputError(f"alerts: a list of at most {MAX_BULK} alert ids", path="body")
-    return [v for v in ids if v.strip()]
-
-
-def _summary(fields: dict[str, Any]) -> str | None:
     summary = fields.get("summary")
     if summary is not None and not isinstance(summary, str):
         raise InputError("summary must be text: a run id", path="body")
-    return summary or None
+    return [v for v in ids if v.strip()], summary or None
 
 
 async def _fields(request: Request, api: bool) -> dict[str, Any]:
@@ -112,7 +110,7 @@ def endpoints(dashboard: Dashboard, token: str, error: Callable[..., Response]) 
         try:
             fields = await _fields(request, api)
             if bulk:
-                ids, summary = _ids(fields), _summary(fields)
+                ids, summary = bulk_target(fields)
                 done = await run_in_threadpool(dashboard.triage_many, ids, summary, lambda: _decision(fields))
                 anchor = f"summary-{summary}" if summary else f"alert-{ids[0] if ids else ''}"
             else:
