@@ -444,6 +444,19 @@ def test_the_reference_is_the_whole_stable_segment_up_to_its_cap():
     assert history.judge_latest(values + [100.5], [], lower_is_better=True, cap=50).n_history == 50
 
 
+def test_a_change_placed_a_few_runs_early_leaves_the_latest_runs_judged_against_the_segment_before():
+    from madengine.stats import history
+
+    rng = random.Random(12)
+    flat = [100 * rng.lognormvariate(0, 0.02) for _ in range(50)]
+    stepped = flat + [105.0 * rng.lognormvariate(0, 0.002) for _ in range(3)]
+    # the detection put the step at 46 (four runs early): eight runs since it, too few for a reference
+    verdict = history.judge_latest(stepped, [46], lower_is_better=True)
+    assert verdict.verdict == "slower" and verdict.n_history == 46
+    # twelve runs after a change before the latest run are a reference of their own
+    assert history.judge_latest(stepped, [40], lower_is_better=True).n_history == 12
+
+
 def test_history_verdicts_keep_their_false_alarm_rate_on_steady_noise():
     """Seeded and small (the measured figures: benchmarks/stat_power.py): far from 1 % only by chance."""
     from madengine.stats import history
