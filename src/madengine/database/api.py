@@ -237,8 +237,9 @@ def find_alerts(store: Store, alert_ids: Sequence[str]) -> list[alertlib.Alert]:
         text = f"no alert {missing[0]!r}" if len(wanted) == 1 else \
             f"{len(missing)} of {len(wanted)} alerts are not in {where} ({', '.join(missing[:3])}" \
             f"{', ...' if len(missing) > 3 else ''}): ids of another database?"
-        raise InputError(text, path="alert", hint="'madengine report alerts list' shows them; a bulk set names the "
-                                                  "alerts of one database (--db-url, --table)")
+        hint = "'madengine report alerts list' shows them" + \
+            ("; a bulk set names the alerts of one database (--db-url, --table)" if len(wanted) > 1 else "")
+        raise InputError(text, path="alert", hint=hint)
     return list({a.alert_id: a for a in found}.values())
 
 

@@ -179,9 +179,13 @@ def handle_set(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if args.json:
         env.data(json.dumps(outcome.alerts[0].to_json() if one else outcome.to_json(), indent=1))
     what = f"summary {outcome.summary}: " if outcome.summary else ""
-    for alert in outcome.unchanged:
+    if len(outcome.unchanged) == 1:
+        alert = outcome.unchanged[0]
         env.message(f"madengine: {what}alert {alert.alert_id} ({alert.change.get('identity', alert.model)}) is "
                     f"{alert.state} already, with this note and these links: nothing written")
+    elif outcome.unchanged:
+        env.message(f"madengine: {what}{len(outcome.unchanged)} alerts say so already (state, note and links): "
+                    f"nothing written for them")
     if outcome.changed:
         alert = outcome.changed[0]
         shown = f"alert {alert.alert_id} ({alert.change.get('identity', alert.model)}) is" \
