@@ -47,7 +47,8 @@ FRAGMENT_HEADER = "x-dashboard-fragment"
 POLL_S = 0.5  #: how often the events stream looks for new rows
 HEARTBEAT_S = 15.0
 NAV = (("overview", "/", "Overview"), ("trend", "/trend", "Trends"), ("runs", "/runs", "Runs"),
-       ("compare", "/compare", "Compare"), ("changes", "/changes", "Alerts"), ("summaries", "/summaries", "Summaries"))
+       ("compare", "/compare", "Compare"), ("changes", "/changes", "Alerts"),
+       ("summaries", "/summaries", "Summaries"))
 
 
 class Json(JSONResponse):

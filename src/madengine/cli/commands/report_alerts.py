@@ -130,8 +130,8 @@ def handle_summaries(args: argparse.Namespace, env: Environment) -> ExitStatus:
             commits = "; ".join(c["range"] for c in summary.commits)
             head = f"summary {summary.summary_id}  {summary.started_at}  {_counts(summary)}" + \
                 (f"  commits {commits}" if commits else "")
-            rows = [(a.alert_id, a.state, a.metric, change_words(a.size_percent, a.kind), a.change.get("identity", a.model),
-                     f"{a.confidence:.3f}") for a in summary.alerts]
+            rows = [(a.alert_id, a.state, a.metric, change_words(a.size_percent, a.kind),
+                     a.change.get("identity", a.model), f"{a.confidence:.3f}") for a in summary.alerts]
             blocks.append(head + "\n" + table(("id", "state", "metric", "change", "result", "confidence"), rows))
         env.data("\n\n".join(blocks))
     env.message(f"madengine: {len(made)} alert summar{'y' if len(made) == 1 else 'ies'}")
