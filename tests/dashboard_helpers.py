@@ -54,6 +54,32 @@ def write_history(path: Path, runs: int = RUNS) -> Path:
     return append_records(path, history_records(runs))
 
 
+BAD_RUN = "night-07"  #: the run that makes BAD_MODELS results worse at once (write_bad_night)
+BAD_MODELS = 20
+
+
+def bad_night_records(models: int = BAD_MODELS, runs: int = 14, at: int = 7, seed: int = 5) -> list[PerfRecord]:
+    """``runs`` nights of ``models`` results (half throughput, half latency), every one of them worse
+    from night ``at`` on (BAD_RUN): one run that introduces ``models`` alerts. Each row carries the
+    commit it ran (``commit-NN``)."""
+    rng = random.Random(seed)
+    records = []
+    for k in range(runs):
+        for m in range(models):
+            throughput = m % 2 == 0
+            worse = 1.0 + (0.08 + 0.01 * (m % 7)) * (k >= at) * (-1 if throughput else 1)
+            records.append(PerfRecord(
+                model=f"net{m:02d}", status="SUCCESS", performance=round(100.0 * worse * (1 + rng.gauss(0, 0.004)), 4),
+                metric="samples_per_second" if throughput else "latency_ms", run_id=f"night-{k:02d}",
+                started_at=f"2026-03-{k + 1:02d}T02:00:00Z", machine_name="node3", gpu_architecture="gfx942",
+                gpu_vendor="AMD", executor="docker", n_gpus="1", git_commit=f"commit-{k:02d}"))
+    return records
+
+
+def write_bad_night(path: Path) -> Path:
+    return append_records(path, bad_night_records())
+
+
 def write_run_files(runs_dir: Path, k: int = RUNS) -> None:
     """The files of run ``k`` that rows link to: resnet's log and the run's trace.json."""
     folder = runs_dir / run_id(k)

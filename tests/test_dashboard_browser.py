@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, require_service
-from dashboard_helpers import RUNS, STEP_AT, XSS, LiveServer, run_id, write_history, write_run_files
+from dashboard_helpers import (BAD_MODELS, BAD_RUN, RUNS, STEP_AT, XSS, LiveServer, run_id, write_bad_night,
+                               write_history, write_run_files)
 from madengine.database import update_table
 from madengine.database.live import LiveRecorder
 from madengine.database.urls import parse_url
@@ -195,15 +196,21 @@ def test_run_detail_links_the_log_and_the_trace(page, site):
     assert "traceEvents" in page.locator("body").inner_text()
 
 
-@pytest.fixture
-def triage_site(tmp_path, monkeypatch):
-    """The history of ``site``, served with an access token: triage needs one."""
-    monkeypatch.chdir(tmp_path)
+def served_with_token(tmp_path, perf_csv):
+    """A dashboard with an access token (triage needs one) over ``perf_csv`` imported into SQLite."""
     url = f"sqlite:///{tmp_path / 'results.db'}"
-    update_table(write_history(tmp_path / "perf.csv"), url)
+    update_table(perf_csv, url)
     serving = LiveServer(ServerConfig(url=parse_url(url), runs_dir=tmp_path / "madengine_runs", port=0,
                                       token=TRIAGE_TOKEN))
     serving.url = url
+    return serving
+
+
+@pytest.fixture
+def triage_site(tmp_path, monkeypatch):
+    """The history of ``site``, served with an access token."""
+    monkeypatch.chdir(tmp_path)
+    serving = served_with_token(tmp_path, write_history(tmp_path / "perf.csv"))
     yield serving
     serving.stop()
 
@@ -248,5 +255,48 @@ def test_a_regression_is_triaged_invalid_and_leaves_the_first_screen(browser, tr
     assert "noise: node2 ran a backup" in text and "alice" in text and "issues/4242" in text
     assert page.locator("form.triage input[name=by]").first.input_value() == "alice"  # remembered
     shot(page, "triage-alerts")
+    context.close()
+    assert problems == []
+
+
+@pytest.fixture
+def night_site(tmp_path, monkeypatch):
+    """One night that made twenty results worse at once (tests/dashboard_helpers), served with a token."""
+    monkeypatch.chdir(tmp_path)
+    serving = served_with_token(tmp_path, write_bad_night(tmp_path / "night.csv"))
+    yield serving
+    serving.stop()
+
+
+def test_a_twenty_alert_summary_is_triaged_with_one_action_and_twelve_fit_the_first_screen(browser, night_site):
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.goto(night_site.base + f"/summaries?token={TRIAGE_TOKEN}")
+    page.wait_for_selector("html[data-ready='1']")
+    summary = page.locator(f"section[data-summary='{BAD_RUN}']")
+    rows = summary.locator("tbody tr")
+    assert rows.count() == BAD_MODELS
+    assert all(state == "untriaged" for state in (r.get_attribute("data-state") for r in rows.all()))
+    # compact rows: the first screen (no scrolling) shows at least twelve of them whole
+    on_screen = [box for box in (r.bounding_box() for r in rows.all()) if box and box["y"] + box["height"] <= 900]
+    assert len(on_screen) >= 12, on_screen
+    head = summary.locator("h2").inner_text()
+    assert f"{BAD_MODELS} regression(s)" in head and "commit-06..commit-07" in head
+    first = rows.first.inner_text()
+    assert ", worse" in first and ("samples_per_second" in first or "latency_ms" in first)  # metric, direction in words
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-summary-first-screen.png"))  # the 1366x900 screen itself
+    # one action: the summary's state, who, and its button set all twenty
+    summary.locator(".bulk-bar select[name=state]").select_option("invalid")
+    summary.locator(".bulk-bar input[name=by]").fill("alice")
+    with page.expect_navigation():
+        summary.locator("button[data-bulk]").click()
+    page.wait_for_selector("html[data-ready='1']")
+    assert page.url.endswith(f"/summaries#summary-{BAD_RUN}")
+    rows = page.locator(f"section[data-summary='{BAD_RUN}'] tbody tr")
+    assert [r.get_attribute("data-state") for r in rows.all()] == ["invalid"] * BAD_MODELS
+    shot(page, "summary-triaged")
     context.close()
     assert problems == []

@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import IN_CI, REPO, run_process
-from dashboard_helpers import RUNS, STEP_AT, XSS, LiveServer, run_id, write_history, write_run_files
+from dashboard_helpers import (BAD_MODELS, BAD_RUN, RUNS, STEP_AT, XSS, LiveServer, run_id, write_bad_night,
+                               write_history, write_run_files)
 from madengine.core.errors import InputError
 from madengine.database import update_table
 from madengine.database.urls import parse_url
@@ -67,6 +68,8 @@ def test_overview_latest_per_identity_failures_first(live):
     assert bert["tag_configs"] == "bs=64" and bert["label"] == "bert [bs=64] · docker · AMD gfx942 · 1 GPU"
     assert bert["latest"]["run_id"] == run_id(RUNS) and bert["rows"] == RUNS and bert["success"] == RUNS
     assert bert["latest"]["relative_change"]["sample_count"] == 5
+    # quiet (0.5 % noise): the latest run's own interval excludes a 3 % change
+    assert (bert["vs_baseline"]["state"], bert["vs_baseline"]["more_runs"]) == ("unchanged", None)
     # filters narrow the list, and the state is in the URL
     assert [i["model"] for i in live.json("/api/overview?status=SUCCESS&model=GP")["results"]["items"]] == ["gpt2"]
     assert [i["model"] for i in live.json("/api/identities?tag=bs=64")["items"]] == ["bert"]
@@ -492,3 +495,61 @@ def test_series_cache_prepares_every_tail_run_and_gives_way_to_requests():
     tail_run, older = states[keys[0]].tail[-1].run, "run0005"
     assert set(cache.references_at(tail_run, {k: k for k in states})) == set(states)
     assert cache.references_at(older, {k: k for k in states}) == {}
+
+
+def test_a_summary_of_twenty_alerts_is_triaged_at_once_with_the_token(results_url, tmp_path):
+    """Perfherder-style summaries: the alerts of one run together, the worst first, the commit range;
+    one post sets all of them (or the chosen ones), a second one writes nothing."""
+    update_table(write_bad_night(tmp_path / "night.csv"), results_url)
+    token = "summary-T0ken"
+    serving = LiveServer(ServerConfig(url=parse_url(results_url), runs_dir=tmp_path, port=0, token=token))
+    bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    try:
+        data = serving.json("/api/summaries", bearer)
+        first = data["items"][0]
+        assert (first["summary_id"], first["alerts"], first["regressions"], first["untriaged"]) == \
+            (BAD_RUN, BAD_MODELS, BAD_MODELS, BAD_MODELS)
+        assert first["commits"][0]["range"] == "commit-06..commit-07" and first["commits"][0]["alerts"] == BAD_MODELS
+        weights = [a["weight"] for a in first["items"]]
+        assert weights == sorted(weights, reverse=True)  # the worst first
+        words = {a["metric"]: a["change_words"] for a in first["items"]}
+        assert words["samples_per_second"].startswith("\u2212") and words["samples_per_second"].endswith(", worse")
+        assert words["latency_ms"].startswith("+") and words["latency_ms"].endswith(", worse")
+        assert [s["summary_id"] for s in data["items"]][1:] == [run_id(STEP_AT)]  # gpt2's step: a summary of its own
+        page = serving.get("/summaries", bearer)[2].decode()
+        assert f'id="summary-{BAD_RUN}"' in page and page.count('name="alert" value=') == BAD_MODELS + 1
+        # bad input: a summary that does not exist, an id this database does not have, no token
+        status, _, body = serving.post("/api/alerts", b'{"summary": "night-99", "state": "invalid", "by": "x"}', bearer)
+        assert status == 404 and "no alert summary 'night-99'" in json.loads(body)["error"]
+        foreign = json.dumps({"alerts": [first["items"][0]["alert_id"], "abcdef0123456789"], "state": "invalid",
+                              "by": "x"}).encode()
+        status, _, body = serving.post("/api/alerts", foreign, bearer)
+        assert status == 404 and "abcdef0123456789" in json.loads(body)["error"]
+        assert serving.post("/api/alerts", b'{"summary": "night-07", "state": "invalid", "by": "x"}')[0] == 401
+        assert serving.json("/api/summaries?state=untriaged", bearer)["items"][0]["untriaged"] == BAD_MODELS
+        # the whole summary in one post, then the same again: nothing new
+        one = json.dumps({"summary": BAD_RUN, "state": "invalid", "note": "a noisy node", "by": "erin"}).encode()
+        status, _, body = serving.post("/api/alerts", one, bearer)
+        assert status == 200 and len(json.loads(body)["changed"]) == BAD_MODELS, body
+        status, _, body = serving.post("/api/alerts", one, bearer)
+        assert status == 200 and json.loads(body)["changed"] == [] and len(json.loads(body)["unchanged"]) == BAD_MODELS
+        # a page's form: the checked alerts of the summary, back to the summary
+        _, headers, _ = serving.get(f"/summaries?token={token}")
+        cookie = headers["set-cookie"].split(";")[0]
+        chosen = [a["alert_id"] for a in first["items"][:2]]
+        form = urllib.parse.urlencode([("summary", BAD_RUN), ("alert", chosen[0]), ("alert", chosen[1]),
+                                       ("state", "acknowledged"), ("by", "dan"), ("back", "/summaries")]).encode()
+        status, headers, _ = serving.post("/alerts", form, {"Cookie": cookie, "Origin": "null",
+                                                             "Content-Type": "application/x-www-form-urlencoded"})
+        assert status == 303 and headers["location"] == f"/summaries#summary-{BAD_RUN}"
+        deadline = time.monotonic() + 30
+        while True:
+            [night] = [s for s in serving.json("/api/summaries", bearer)["items"] if s["summary_id"] == BAD_RUN]
+            states = {a["alert_id"]: a["state"] for a in night["items"]}
+            if [states[c] for c in chosen] == ["acknowledged"] * 2:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert sorted(states.values()) == ["acknowledged"] * 2 + ["invalid"] * (BAD_MODELS - 2)
+    finally:
+        serving.stop()

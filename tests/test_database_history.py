@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import random
+import re
 import sqlite3
 
 import pytest
@@ -310,6 +312,8 @@ def test_report_alerts_lists_shows_and_sets(workdir, cli):
     (["set", "{id}", "--state", "invalid", "--by", ""], "--by: say who decides"),
     (["set", "{id}", "--state", "invalid", "--note", "x" * 2001], "--note: at most 2000 characters"),
     (["show", "--db-url", "sqlite:///missing.db", "0123456"], "database file not found"),
+    (["set", "--summary", "nosuchrun", "--state", "invalid"], "no alert summary 'nosuchrun'"),
+    (["summaries", "--limit", "-1"], "--limit: must be 0 or more"),
 ])
 def test_report_alerts_bad_input_is_one_line(workdir, cli, argv, fragment):
     write_perf_csv(workdir / "perf.csv", stepped("slow", 30, 15))
@@ -317,6 +321,87 @@ def test_report_alerts_bad_input_is_one_line(workdir, cli, argv, fragment):
     alert = json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"][0]["alert_id"]
     result = cli("report", "alerts", *[a.replace("{id}", alert) for a in argv])
     assert result.code == 2 and fragment in one_error_line(result.stderr), result
+
+
+def one_bad_run(models: int, runs: int = 30, at: int = 20, improved: int = 0) -> list[dict]:
+    """``models`` results whose run ``at`` is 10 % slower (the last ``improved`` of them 10 % faster),
+    each row carrying the commit it ran: commit c<k> for run k."""
+    rows = []
+    for m in range(models):
+        step = 0.10 if m >= models - improved else -0.10
+        for row in stepped(f"model{m:02d}", runs, at, seed=m + 1, step=step):
+            row["git_commit"] = f"c{int(row['run_id'][3:]):07d}"
+            rows.append(row)
+    return rows
+
+
+def test_alerts_are_summarised_by_the_run_that_introduced_them_and_triaged_at_once(workdir, cli):
+    write_perf_csv(workdir / "perf.csv", one_bad_run(5, improved=1) + stepped("other", 30, 10, seed=40, step=-0.2))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    listed = cli("report", "alerts", "summaries", "--json")
+    assert listed.code == 0, listed
+    summaries = json.loads(listed.stdout)["summaries"]
+    assert [(s["summary_id"], s["alerts"], s["regressions"], s["improvements"]) for s in summaries] == \
+        [("run020", 5, 4, 1), ("run010", 1, 1, 0)]  # both untriaged: the newest first
+    first = summaries[0]
+    assert [a["kind"] for a in first["items"]] == ["regression"] * 4 + ["improvement"]  # the worst first
+    assert first["commits"] == [{"from": "c0000019", "to": "c0000020", "alerts": 5, "range": "c0000019..c0000020"}]
+    text = cli("report", "alerts", "summaries")
+    assert "summary run020" in text.stdout and "4 regression(s), 1 improvement(s), 5 untriaged" in text.stdout
+    assert "commits c0000019..c0000020" in text.stdout
+    assert re.search(r"samples/s  \u22129\.\d %, worse", text.stdout) and re.search(r" \+10\.\d %, better", text.stdout)
+    # the whole summary with one command
+    done = cli("report", "alerts", "set", "--summary", "run020", "--state", "invalid", "--by", "bob", "--json")
+    assert done.code == 0, done
+    outcome = json.loads(done.stdout)
+    assert outcome["summary"] == "run020" and len(outcome["changed"]) == 5 and outcome["unchanged"] == []
+    assert "5 alerts are now invalid, by bob" in done.stderr
+    states = {a["after_run"]: a["state"] for a in json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"]
+              if a["after_run"] == "run020"}
+    assert set(states.values()) == {"invalid"}
+    assert [s["summary_id"] for s in json.loads(cli("report", "alerts", "summaries", "--state", "untriaged",
+                                                    "--json").stdout)["summaries"]] == ["run010"]
+    # chosen alerts of a summary; again: nothing new written
+    two = [a["alert_id"] for a in first["items"][:2]]
+    assert cli("report", "alerts", "set", *two, "--summary", "run020", "--state", "expected", "--by", "bob").code == 0
+    again = cli("report", "alerts", "set", *two, "--summary", "run020", "--state", "expected", "--by", "carol")
+    assert again.code == 0 and "2 alerts say so already" in again.stderr and "now" not in again.stderr, again
+    log = json.loads(cli("report", "alerts", "show", two[0], "--json").stdout)["log"]
+    assert [(e["state"], e["by"]) for e in log] == [("invalid", "bob"), ("expected", "bob")]
+
+
+def test_a_bulk_set_names_what_is_not_in_its_database_and_changes_nothing(workdir, cli):
+    write_perf_csv(workdir / "a.csv", one_bad_run(3))
+    write_perf_csv(workdir / "b.csv", stepped("elsewhere", 30, 12, seed=9))
+    assert cli("database", "update-table", "--csv-file-path", "a.csv", "--db-url", "sqlite:///a.db").code == 0
+    assert cli("database", "update-table", "--csv-file-path", "b.csv", "--db-url", "sqlite:///b.db").code == 0
+    ours = [a["alert_id"] for a in json.loads(cli("report", "alerts", "list", "--db-url", "sqlite:///a.db",
+                                                  "--json").stdout)["alerts"]]
+    [theirs] = [a["alert_id"] for a in json.loads(cli("report", "alerts", "list", "--db-url", "sqlite:///b.db",
+                                                      "--json").stdout)["alerts"]]
+    mixed = cli("report", "alerts", "set", *ours, theirs, "--state", "fixed", "--by", "x", "--db-url", "sqlite:///a.db")
+    line = one_error_line(mixed.stderr)
+    assert mixed.code == 2 and "1 of 4 alerts are not in sqlite:///a.db table dlm_table" in line and theirs in line
+    assert all(a["state"] == "untriaged" for a in json.loads(cli("report", "alerts", "list", "--db-url",
+                                                                  "sqlite:///a.db", "--json").stdout)["alerts"])
+    outside = cli("report", "alerts", "set", ours[0], "--summary", "run012", "--state", "fixed", "--by", "x",
+                  "--db-url", "sqlite:///a.db")
+    assert outside.code == 2 and "no alert summary 'run012'" in one_error_line(outside.stderr)
+
+
+def test_report_alerts_set_checks_the_id_before_who_and_falls_back_to_the_account(workdir, cli):
+    import pwd
+
+    write_perf_csv(workdir / "perf.csv", stepped("slow", 30, 15))
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    nobody = {"USER": "", "USERNAME": ""}
+    bad = cli("report", "alerts", "set", "0000000000", "--state", "invalid", environ=nobody)
+    assert bad.code == 2 and "no alert '0000000000'" in one_error_line(bad.stderr), bad
+    [alert] = json.loads(cli("report", "alerts", "list", "--json").stdout)["alerts"]
+    done = cli("report", "alerts", "set", alert["alert_id"], "--state", "acknowledged", "--json", environ=nobody)
+    assert done.code == 0 and json.loads(done.stdout)["updated_by"] == pwd.getpwuid(os.getuid()).pw_name, done
+    nothing = cli("report", "alerts", "set", "--state", "invalid")
+    assert nothing.code == 2 and "name the alerts" in one_error_line(nothing.stderr)
 
 
 @given(st.text(max_size=20) | st.sampled_from(["invalid", "FIXED", " expected "]), st.text(max_size=40),
@@ -333,6 +418,49 @@ def test_a_triage_is_checked_or_refused_in_one_line(state, note, links, by):
         return
     assert decision.state in STATES and decision.by and len(decision.links) <= 10
     assert all(link.startswith(("http://", "https://")) or link.isalnum() for link in decision.links)
+
+
+def test_the_stored_verdict_of_a_noisy_latest_run_says_how_many_more_runs(workdir, cli):
+    """At 2 % noise one run cannot exclude a 3 % change: the import stores 'not yet known (N more runs)'."""
+    from madengine.stats.history import state_words
+
+    rng = random.Random(8)
+    rows = [dict(model="noisy", metric="latency_ms", performance=round(100 * rng.lognormvariate(0, 0.02), 3),
+                 run_id=f"run{k:03d}", started_at=f"2026-01-01T00:{k:02d}:00Z") for k in range(40)]
+    write_perf_csv(workdir / "perf.csv", rows)
+    assert cli("database", "update-table", "--csv-file-path", "perf.csv").code == 0
+    [state] = db_rows(workdir / "madengine.db", "dlm_table_series", "identity_key")
+    verdict = json.loads(state["verdict"])
+    assert verdict["verdict"] == "inconclusive" and verdict["n_history"] == 39 and verdict["run_id"] == "run039"
+    assert verdict["more_runs"] >= 1 and state_words(verdict) == f"not yet known ({verdict['more_runs']} more runs)"
+
+
+@given(st.text(max_size=24) | st.from_regex(r"\s?[0-9a-fA-F]{4,18}\s?", fullmatch=True))
+def test_an_alert_id_as_typed_is_checked_or_refused_in_one_line(text):
+    """What `report alerts set/show` and the triage posts take as an alert id (user input: Hypothesis)."""
+    from madengine.database.api import checked_alert_id
+
+    try:
+        wanted = checked_alert_id(text)
+    except InputError as exc:
+        assert exc.path == "alert" and "\n" not in str(exc) and "not an alert id" in str(exc)
+        return
+    assert 6 <= len(wanted) <= 16 and set(wanted) <= set("0123456789abcdef") and wanted == text.strip().lower()
+
+
+@given(st.dictionaries(st.sampled_from(["alerts", "alert", "summary", "state", "by"]),
+                       st.text(max_size=20) | st.lists(st.text(max_size=18), max_size=4) | st.integers() | st.none()))
+def test_a_bulk_triage_body_names_its_alerts_or_is_refused_in_one_line(fields):
+    """The JSON body of the dashboard's bulk triage (user input: Hypothesis)."""
+    from madengine.server.triage import bulk_target
+
+    try:
+        ids, summary = bulk_target(fields)
+    except InputError as exc:
+        assert exc.path == "body" and "\n" not in str(exc)
+        return
+    assert all(isinstance(i, str) and i.strip() for i in ids) and (summary is None or (isinstance(summary, str)
+                                                                                      and summary))
 
 
 # --- compare against the history -----------------------------------------------------------------

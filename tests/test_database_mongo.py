@@ -263,6 +263,12 @@ def test_mongodb_keeps_series_states_and_alerts_like_sql(workdir, cli, mongo):
     assert next(iter(mongo.collections[("results", "dlm_table_series")].values()))["state"]["n_points"] == 32
     listed = json.loads(cli("report", "alerts", "list", "--db-url", url, "--json").stdout)["alerts"]
     assert [a["state"] for a in listed] == ["expected"]
+    # its summary; a triage of it that says what it says already writes nothing
+    summaries = json.loads(cli("report", "alerts", "summaries", "--db-url", url, "--json").stdout)["summaries"]
+    assert [(s["summary_id"], s["alerts"], s["improvements"], s["states"]["expected"]) for s in summaries] == \
+        [("run020", 1, 1, 1)]
+    again = cli("report", "alerts", "set", "--summary", "run020", "--state", "expected", "--by", "erin", "--db-url", url)
+    assert again.code == 0 and "expected already" in again.stderr, again
     log = [d for (db, c), docs in mongo.collections.items() if c == "dlm_table_alert_log" for d in docs.values()]
     assert [(d["state"], d["by_name"]) for d in log] == [("expected", "erin")]
 

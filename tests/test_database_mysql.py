@@ -203,7 +203,7 @@ def test_series_states_and_alerts_on_mariadb_match_sqlite(server, database, cli,
     the triage is stored with who and when and survives re-imports and appends."""
     name, url = database
     rows = [dict(model="m", performance=100.0 * (1.1 if k >= 20 else 1.0) + (k % 3) * 0.2, run_id=f"run{k:03d}",
-                 started_at=f"2026-01-01T00:{k:02d}:00Z") for k in range(32)]
+                 started_at=f"2026-01-01T00:{k:02d}:00Z", git_commit=f"abc{k:04d}") for k in range(32)]
     write_perf_csv(tmp_path / "perf.csv", rows[:30])
     write_perf_csv(tmp_path / "more.csv", rows[30:])
     first = cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", url, "--json")
@@ -221,6 +221,14 @@ def test_series_states_and_alerts_on_mariadb_match_sqlite(server, database, cli,
     [stored] = _rows(server, name, "dlm_table_alerts", "alert_id")
     assert (stored["state"], stored["updated_by"], json.loads(stored["links"])) == \
         ("fixed", "frank", ["https://example.com/pr/1"])
+    assert [r["state"] for r in _rows(server, name, "dlm_table_alert_log")] == ["fixed"]
+    # the alert's summary, and a triage of it that says what it says already: no new log entry
+    [summary] = json.loads(cli("report", "alerts", "summaries", "--db-url", url, "--json").stdout)["summaries"]
+    assert (summary["summary_id"], summary["improvements"], summary["commits"][0]["range"]) == \
+        ("run020", 1, "abc0019..abc0020")
+    again = cli("report", "alerts", "set", "--summary", "run020", "--state", "fixed", "--by", "gina",
+                "--link", "https://example.com/pr/1", "--db-url", url)
+    assert again.code == 0 and "fixed already" in again.stderr, again
     assert [r["state"] for r in _rows(server, name, "dlm_table_alert_log")] == ["fixed"]
     assert [r["relative_change"] for r in _rows(server, name)][:30] == \
         [r[0] for r in sqlite3.connect(tmp_path / "same.db").execute("SELECT relative_change FROM dlm_table ORDER BY id")]

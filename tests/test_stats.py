@@ -480,6 +480,58 @@ def test_the_latest_run_is_judged_alone_and_with_the_two_before_it():
     assert history.judge_latest(stepped, [50], lower_is_better=True).verdict == "slower"
 
 
+def test_unchanged_only_from_the_latest_runs_own_interval_else_how_many_more_runs():
+    """A 5 % slower latest run is never 'unchanged' because the two runs before it pull the mean of
+    three back (it was, 15 % of the time); a run inside the noise is 'not yet known (N more runs)',
+    N from the interval's width: t · s · sqrt(1/K + 1/n) inside the room the change seen leaves."""
+    from madengine.stats import history
+
+    rng = random.Random(6)
+    flat = [100 * rng.lognormvariate(0, 0.02) for _ in range(100)]
+    ref = history.reference(flat)
+    mean = math.exp(ref.mean)
+    # the mean of the two runs before it and a 5 % slower one: within 3 % of the history
+    diluted = flat + [mean * 0.97, mean * 0.98, mean * 1.05]
+    assert history.judge(ref, diluted[-3:], lower_is_better=True).verdict == "unchanged"
+    latest = history.judge_latest(diluted, [], lower_is_better=True)
+    assert latest.verdict == "inconclusive" and latest.n_new == 1 and latest.more_runs is None  # a 5 % change seen
+    assert history.state_words(latest.to_json()) == "not yet known"
+    steady = history.judge_latest(flat + [mean], [], lower_is_better=True)
+    half = history._t_quantile(ref.n - 1) * ref.stddev  # on the log scale
+    k = steady.more_runs + 1
+    assert half * math.sqrt(1 / k + 1 / ref.n) <= math.log(1.03) < half * math.sqrt(1 / (k - 1) + 1 / ref.n)
+    assert history.state_words(steady.to_json()) == f"not yet known ({steady.more_runs} more runs)"
+    # a quiet result: one run's own interval excludes a 3 % change
+    quiet = [100 * rng.lognormvariate(0, 0.004) for _ in range(60)]
+    said = history.judge_latest(quiet + [100.1], [], lower_is_better=True)
+    assert (said.verdict, said.more_runs, history.state_words(said.to_json())) == ("unchanged", None, "unchanged")
+    assert history.state_words(None) == ""
+
+
+def test_the_reference_is_the_whole_stable_segment_up_to_its_cap():
+    from madengine.stats import history
+
+    values = [100.0 + (k % 7) * 0.3 for k in range(300)]
+    assert len(history.stable_segment(values, [], 300)) == history.MAX_HISTORY == 100
+    assert history.stable_segment(values, [40, 250], 300) == values[250:]  # since the last change point
+    assert len(history.stable_segment(values, [40], 120)) == 80
+    assert history.judge_latest(values + [100.5], [], lower_is_better=True).n_history == 100
+    assert history.judge_latest(values + [100.5], [], lower_is_better=True, cap=50).n_history == 50
+
+
+def test_a_change_placed_a_few_runs_early_leaves_the_latest_runs_judged_against_the_segment_before():
+    from madengine.stats import history
+
+    rng = random.Random(12)
+    flat = [100 * rng.lognormvariate(0, 0.02) for _ in range(50)]
+    stepped = flat + [105.0 * rng.lognormvariate(0, 0.002) for _ in range(3)]
+    # the detection put the step at 46 (four runs early): eight runs since it, too few for a reference
+    verdict = history.judge_latest(stepped, [46], lower_is_better=True)
+    assert verdict.verdict == "slower" and verdict.n_history == 46
+    # twelve runs after a change before the latest run are a reference of their own
+    assert history.judge_latest(stepped, [40], lower_is_better=True).n_history == 12
+
+
 def test_history_verdicts_keep_their_false_alarm_rate_on_steady_noise():
     """Seeded and small (the measured figures: benchmarks/stat_power.py): far from 1 % only by chance."""
     from madengine.stats import history

@@ -9,7 +9,8 @@ from madengine.core.lazy import lazy_exports
 #: ``database.live`` for every command, and the drivers' modules cost ~80 ms to import
 _HOMES = {
     **dict.fromkeys(("CreateResult", "ImportResult", "create_table", "fetch_history", "fetch_run", "list_runs",
-                     "update_table", "upload_mongodb", "list_alerts", "set_alert", "show_alert", "fetch_references"), "api"),
+                     "update_table", "upload_mongodb", "list_alerts", "set_alert", "show_alert", "fetch_references",
+                     "list_summaries", "set_alerts", "TriageOutcome"), "api"),
     **dict.fromkeys(("Alert", "STATES", "Triage", "triage", "precision"), "alerts"),
     **dict.fromkeys(("UPLOAD_TYPES", "UploadResult"), "mongo"),
     "BASELINE_WINDOW": "rows",
@@ -25,5 +26,5 @@ __all__ = [
     "CreateResult", "ImportResult", "UploadResult", "RunInfo", "DbUrl", "BASELINE_WINDOW", "DEFAULT_TABLE",
     "UPLOAD_TYPES", "create_table", "update_table", "fetch_history", "fetch_run", "list_runs", "upload_mongodb", "mask_url",
     "parse_url", "resolve_sql_url", "resolve_mongo_url", "Alert", "STATES", "Triage", "triage", "precision",
-    "list_alerts", "set_alert", "show_alert", "fetch_references",
+    "list_alerts", "set_alert", "show_alert", "fetch_references", "list_summaries", "set_alerts", "TriageOutcome",
 ]

@@ -12,6 +12,12 @@ alert found within ``MIN_SEGMENT`` runs of it with the same direction is the sam
 and keeps its triage. A change the detection no longer finds stays, ``detected`` false, with its
 triage. Re-importing a perf.csv adds no rows, so it changes no alert.
 
+**Summaries** (as Perfherder groups alerts by the push that caused them): the alerts of one run,
+the first run after each change (:func:`summaries`): one summary per run, its id the run id, with
+its counts of regressions and improvements, its alerts the worst first, and the suspected commit
+range when the rows carry ``git_commit`` (:func:`commit_ranges`). A summary, or chosen alerts of
+it, is triaged at once.
+
 **Precision** of the detector, measured by the people who triage: of the triaged alerts, the share
 not marked ``invalid`` (:func:`precision`), per metric and per month of the change.
 """
@@ -21,10 +27,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from madengine.core.errors import InputError
+from madengine.results.identity import ResultIdentity
 from madengine.results.series import Change
 from madengine.stats.changepoint import MIN_SEGMENT
 
@@ -77,6 +84,14 @@ class Alert:
 def priority(alert: Alert) -> tuple[int, int, float, str]:
     """Sort key: untriaged regressions first, by size × confidence; then the rest by the same."""
     return (alert.state != UNTRIAGED, alert.kind != "regression", -alert.weight, alert.alert_id)
+
+
+def change_words(size_percent: float | None, kind: str) -> str:
+    """The change in words: ``-15.9 %, worse`` (a regression), ``+4.0 %, better`` (an improvement)."""
+    if size_percent is None:
+        return "no relative size"
+    word = {"regression": "worse", "improvement": "better"}.get(kind, "changed")
+    return f"{size_percent:+.1f} %, {word}".replace("-", "\u2212")
 
 
 def alert_id(identity_key: str, after_run: str) -> str:
@@ -175,6 +190,84 @@ def triage(state: str, note: str = "", links: Iterable[str] = (), by: str = "", 
 def apply(alert: Alert, decision: Triage, now: str) -> Alert:
     return dataclasses.replace(alert, state=decision.state, note=decision.note, links=list(decision.links),
                                updated_by=decision.by, updated_at=now)
+
+
+def unchanged_by(alert: Alert, decision: Triage) -> bool:
+    """The decision says what the alert says already (who decides does not count): nothing to write."""
+    return (alert.state, alert.note, list(alert.links)) == (decision.state, decision.note, list(decision.links))
+
+
+# --- summaries ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Summary:
+    """The alerts one run introduced (their first run after the change), the worst first."""
+
+    summary_id: str  #: the run id
+    started_at: str
+    alerts: list[Alert]
+    commits: list[dict[str, Any]] = dataclasses.field(default_factory=list)  #: suspected ranges (commit_ranges)
+
+    def count(self, kind: str) -> int:
+        return sum(a.kind == kind for a in self.alerts)
+
+    @property
+    def untriaged(self) -> int:
+        return sum(a.state == UNTRIAGED for a in self.alerts)
+
+    @property
+    def worst(self) -> Alert:
+        return self.alerts[0]
+
+    def to_json(self) -> dict[str, Any]:
+        states = dict.fromkeys(STATES, 0)
+        for alert in self.alerts:
+            states[alert.state] += 1
+        return {"summary_id": self.summary_id, "run_id": self.summary_id, "started_at": self.started_at,
+                "alerts": len(self.alerts), "regressions": self.count("regression"),
+                "improvements": self.count("improvement"), "untriaged": self.untriaged, "states": states,
+                "commits": self.commits, "items": [a.to_json() for a in self.alerts]}
+
+
+def worst_first(alert: Alert) -> tuple[int, float, str]:
+    """Within a summary: regressions before the rest, each by size × confidence."""
+    return (alert.kind != "regression", -alert.weight, alert.alert_id)
+
+
+def summaries(alerts: Iterable[Alert]) -> list[Summary]:
+    """The alerts grouped by the run that introduced them: summaries with an untriaged regression
+    first, then the newest first; within each, the worst alert first."""
+    runs: dict[str, list[Alert]] = {}
+    for alert in alerts:
+        runs.setdefault(alert.after_run, []).append(alert)
+    made = [Summary(run, max((a.after_started_at for a in group), default=""), sorted(group, key=worst_first))
+            for run, group in runs.items()]
+    made.sort(key=lambda s: (s.started_at, s.summary_id), reverse=True)
+    made.sort(key=lambda s: not any(a.kind == "regression" and a.state == UNTRIAGED for a in s.alerts))
+    return made
+
+
+def commits_of(rows: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    """Per identity key, the ``git_commit`` of its row among ``rows`` (one run's), when it has one."""
+    return {ResultIdentity.from_row(r).key(): commit for r in rows if (commit := (r.get("git_commit") or "").strip())}
+
+
+def commit_ranges(summary: Summary, commits_at: Callable[[str], Mapping[str, str]]) -> list[dict[str, Any]]:
+    """The suspected commit ranges of a summary: per alert, the ``git_commit`` of its result's row in
+    the last run before the change and in the first run after it (``commits_at(run)``: identity key
+    -> commit); the distinct ranges, the one most alerts share first ([] when the rows carry none)."""
+    ranges: dict[tuple[str, str], int] = {}
+    before: dict[str, Mapping[str, str]] = {}
+    after = commits_at(summary.summary_id)
+    for alert in summary.alerts:
+        if alert.before_run not in before:
+            before[alert.before_run] = commits_at(alert.before_run)
+        old, new = before[alert.before_run].get(alert.identity_key, ""), after.get(alert.identity_key, "")
+        if old or new:
+            ranges[(old, new)] = ranges.get((old, new), 0) + 1
+    ordered = sorted(ranges.items(), key=lambda item: (-item[1], item[0]))
+    return [{"from": old, "to": new, "alerts": n, "range": f"{old[:12] or '?'}..{new[:12] or '?'}"}
+            for (old, new), n in ordered]
 
 
 # --- precision ---------------------------------------------------------------------------------

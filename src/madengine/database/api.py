@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from madengine.core.errors import InputError
 from madengine.core.gcpause import collector_paused
@@ -199,27 +200,77 @@ def _require_history(store: Store) -> None:
                          hint="'madengine database create-table' (or the next update-table) adds them")
 
 
-def find_alert(store: Store, alert_id: str) -> alertlib.Alert:
-    """The alert of this id, or of the one id this prefix (at least 6 characters) starts."""
+def checked_alert_id(alert_id: str) -> str:
+    """An alert id as typed (6 to 16 hex digits, any case, spaces around), lowercase; else one-line InputError."""
     wanted = (alert_id or "").strip().lower()
-    if len(wanted) < 6 or any(c not in "0123456789abcdef" for c in wanted):
+    if not 6 <= len(wanted) <= 16 or any(c not in "0123456789abcdef" for c in wanted):
         raise InputError(f"not an alert id: {alert_id[:40]!r}", path="alert",
                          hint="'madengine report alerts list' shows them (16 hex digits; 6 or more identify one)")
-    found = store.load_alerts(alert_ids=[wanted]) if len(wanted) == 16 else \
-        [a for a in store.load_alerts() if a.alert_id.startswith(wanted)]
-    if len(found) != 1:
-        raise InputError(f"{'no' if not found else 'more than one'} alert {wanted!r}", path="alert",
-                         hint="'madengine report alerts list' shows them")
-    return found[0]
+    return wanted
+
+
+def find_alert(store: Store, alert_id: str) -> alertlib.Alert:
+    """The alert of this id, or of the one id this prefix (at least 6 characters) starts."""
+    [alert] = find_alerts(store, [alert_id])
+    return alert
+
+
+def find_alerts(store: Store, alert_ids: Sequence[str]) -> list[alertlib.Alert]:
+    """The alerts of these ids (or prefixes of 6 or more), each once, in the order given. Ids this
+    database does not have are named in one error: a bulk set changes the alerts of one database,
+    all of them or none."""
+    wanted = list(dict.fromkeys(checked_alert_id(a) for a in alert_ids))
+    full = [w for w in wanted if len(w) == 16]
+    every = store.load_alerts() if len(full) < len(wanted) else store.load_alerts(alert_ids=full)
+    found, missing, ambiguous = [], [], []
+    for prefix in wanted:
+        matches = [a for a in every if a.alert_id.startswith(prefix)]
+        if len(matches) == 1:
+            found.append(matches[0])
+        else:
+            (ambiguous if matches else missing).append(prefix)
+    if ambiguous:
+        raise InputError(f"more than one alert {ambiguous[0]!r}", path="alert",
+                         hint="give more of its digits; 'madengine report alerts list' shows them")
+    if missing:
+        where = f"{store.url.shown} table {store.table}"
+        text = f"no alert {missing[0]!r}" if len(wanted) == 1 else \
+            f"{len(missing)} of {len(wanted)} alerts are not in {where} ({', '.join(missing[:3])}" \
+            f"{', ...' if len(missing) > 3 else ''}): ids of another database?"
+        hint = "'madengine report alerts list' shows them" + \
+            ("; a bulk set names the alerts of one database (--db-url, --table)" if len(wanted) > 1 else "")
+        raise InputError(text, path="alert", hint=hint)
+    return list({a.alert_id: a for a in found}.values())
+
+
+def find_summary(store: Store, run_id: str, alerts: Sequence[alertlib.Alert] | None = None) -> alertlib.Summary:
+    """The summary of run ``run_id``: the alerts the detection finds whose first run after is it."""
+    chosen = [a for a in (store.load_alerts() if alerts is None else alerts) if a.detected and a.after_run == run_id]
+    if not chosen:
+        raise InputError(f"no alert summary {run_id[:80]!r}", path="summary",
+                         hint="'madengine report alerts summaries' lists them (a summary's id is its run id)")
+    return alertlib.summaries(chosen)[0]
+
+
+def triage_alerts(store: Store, alerts: Sequence[alertlib.Alert], decision: alertlib.Triage,
+                  now: str | None = None) -> tuple[list[alertlib.Alert], list[alertlib.Alert]]:
+    """Set the triage of these alerts and log it, in the store's transaction: (changed, unchanged).
+    An alert that already says what the decision says gets no new log entry."""
+    _require_history(store)
+    moment = now or rowlib.now_text()
+    unchanged = [a for a in alerts if alertlib.unchanged_by(a, decision)]
+    changed = [alertlib.apply(a, decision, moment) for a in alerts if a not in unchanged]
+    if changed:
+        store.save_alerts(changed)
+        for alert in changed:
+            store.log_triage(alert)
+    return changed, unchanged
 
 
 def triage_alert(store: Store, alert_id: str, decision: alertlib.Triage, now: str | None = None) -> alertlib.Alert:
-    """Set an alert's triage and log it, in the store's transaction."""
-    _require_history(store)
-    alert = alertlib.apply(find_alert(store, alert_id), decision, now or rowlib.now_text())
-    store.save_alerts([alert])
-    store.log_triage(alert)
-    return alert
+    """Set one alert's triage and log it (nothing written when it says so already)."""
+    changed, unchanged = triage_alerts(store, [find_alert(store, alert_id)], decision, now)
+    return (changed or unchanged)[0]
 
 
 def list_alerts(db_url: str | None = None, environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE,
@@ -237,14 +288,82 @@ def list_alerts(db_url: str | None = None, environ: Mapping[str, str] | None = N
     return sorted(chosen, key=alertlib.priority)
 
 
-def set_alert(alert_id: str, decision: alertlib.Triage, db_url: str | None = None,
-              environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE) -> alertlib.Alert:
-    """Record a triage decision about one alert (``report alerts set``)."""
+@dataclasses.dataclass(frozen=True)
+class TriageOutcome:
+    """What a (bulk) triage did: the alerts it changed, and those that said so already (not written)."""
+
+    changed: list[alertlib.Alert]
+    unchanged: list[alertlib.Alert]
+    summary: str = ""  #: the summary it triaged ('' for alerts named by id)
+
+    @property
+    def alerts(self) -> list[alertlib.Alert]:
+        return [*self.changed, *self.unchanged]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary or None, "changed": [a.alert_id for a in self.changed],
+                "unchanged": [a.alert_id for a in self.unchanged], "alerts": [a.to_json() for a in self.alerts]}
+
+
+def triage_chosen(store: Store, alert_ids: Sequence[str], summary: str | None,
+                  decide: Callable[[], alertlib.Triage]) -> TriageOutcome:
+    """One decision about several alerts at once: those of ``alert_ids``, or of summary ``summary``
+    (every one of it, or those of ``alert_ids`` when given, which must belong to it). The ids are
+    checked before the decision is made (``decide`` checks the state, note, links and who)."""
+    _require_history(store)
+    if not alert_ids and summary is None:
+        raise InputError("name the alerts: one or more ids, or a summary", path="alert",
+                         hint="'madengine report alerts summaries' lists the summaries and their alerts")
+    chosen = find_alerts(store, alert_ids) if alert_ids else []
+    if summary is not None:
+        group = find_summary(store, summary)
+        inside = {a.alert_id for a in group.alerts}
+        outside = [a.alert_id for a in chosen if a.alert_id not in inside]
+        if outside:
+            raise InputError(f"alert {outside[0]} is not in summary {summary[:80]!r}", path="alert",
+                             hint="'madengine report alerts summaries' shows the alerts of each summary")
+        chosen = chosen or group.alerts
+    changed, unchanged = triage_alerts(store, chosen, decide())
+    return TriageOutcome(changed, unchanged, summary or "")
+
+
+def set_alerts(alert_ids: Sequence[str], decide: Callable[[], alertlib.Triage], db_url: str | None = None,
+               environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE, *,
+               summary: str | None = None) -> TriageOutcome:
+    """Record one triage decision about several alerts at once (``report alerts set``; see
+    :func:`triage_chosen`)."""
     environ = _environ(environ)
     url = resolve_sql_url(db_url, environ)
     with open_store(url, table, environ, create=False) as store:
         store.require_table()
-        return triage_alert(store, alert_id, decision)
+        return triage_chosen(store, alert_ids, summary, decide)
+
+
+def set_alert(alert_id: str, decision: alertlib.Triage, db_url: str | None = None,
+              environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE) -> alertlib.Alert:
+    """Record a triage decision about one alert."""
+    return set_alerts([alert_id], lambda: decision, db_url, environ, table).alerts[0]
+
+
+def list_summaries(db_url: str | None = None, environ: Mapping[str, str] | None = None, table: str = DEFAULT_TABLE,
+                   *, states: Sequence[str] = (), kinds: Sequence[str] = (), limit: int | None = None
+                   ) -> list[alertlib.Summary]:
+    """The alert summaries of the results table (:func:`madengine.database.alerts.summaries`: one per
+    run that introduced alerts, those with an untriaged regression first, then the newest), of the
+    alerts the detection finds in ``states`` and ``kinds``; the first ``limit`` with their suspected
+    commit ranges."""
+    environ = _environ(environ)
+    url = resolve_sql_url(db_url, environ)
+    with open_store(url, table, environ, create=False) as store:
+        store.require_table()
+        _require_history(store)
+        chosen = [a for a in store.load_alerts() if a.detected and (not states or a.state in states)
+                  and (not kinds or a.kind in kinds)]
+        made = alertlib.summaries(chosen)[:limit]
+        commits = functools.lru_cache(maxsize=None)(lambda run: alertlib.commits_of(store.fetch_run(run)))
+        for summary in made:
+            summary.commits = alertlib.commit_ranges(summary, commits)
+        return made
 
 
 def show_alert(alert_id: str, db_url: str | None = None, environ: Mapping[str, str] | None = None,

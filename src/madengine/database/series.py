@@ -282,9 +282,10 @@ def _run_of(row: Mapping[str, str]) -> str:
 
 
 def reference_values(state: SeriesState, run: str) -> list[float] | None:
-    """The figures of the series' stable segment up to and including ``run`` (the runs after the last
-    change point at or before it, the latest ``MAX_HISTORY``): what a single new figure is judged
-    against (:func:`madengine.stats.history.judge`). None when ``run`` is not among the tail's runs."""
+    """The figures of the series' stable segment up to and including ``run`` (every run after the last
+    change point at or before it, at most the latest ``MAX_HISTORY``, as many as the tail keeps): what
+    a single new figure is judged against (:func:`madengine.stats.history.judge`). None when ``run``
+    is not among the tail's runs."""
     offset = state.n_points - len(state.tail)
     k = state.position(run)
     if k is None:

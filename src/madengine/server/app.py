@@ -47,7 +47,8 @@ FRAGMENT_HEADER = "x-dashboard-fragment"
 POLL_S = 0.5  #: how often the events stream looks for new rows
 HEARTBEAT_S = 15.0
 NAV = (("overview", "/", "Overview"), ("trend", "/trend", "Trends"), ("runs", "/runs", "Runs"),
-       ("compare", "/compare", "Compare"), ("changes", "/changes", "Alerts"))
+       ("compare", "/compare", "Compare"), ("changes", "/changes", "Alerts"),
+       ("summaries", "/summaries", "Summaries"))
 
 
 class Json(JSONResponse):
@@ -214,8 +215,9 @@ def _triage_routes(dashboard: Dashboard, config: ServerConfig) -> list[Route]:
     def error(message: str, status: int, api: bool, request: Request) -> Response:
         return _error(message, status, api, request, dashboard)
 
-    form, api = triage_endpoints(dashboard, config.token, error)
-    return [Route("/alerts/{alert_id}", form, methods=["POST"]), Route("/api/alerts/{alert_id}", api, methods=["POST"])]
+    form, api, bulk_form, bulk_api = triage_endpoints(dashboard, config.token, error)
+    return [Route("/alerts/{alert_id}", form, methods=["POST"]), Route("/api/alerts/{alert_id}", api, methods=["POST"]),
+            Route("/alerts", bulk_form, methods=["POST"]), Route("/api/alerts", bulk_api, methods=["POST"])]
 
 
 def create_app(config: ServerConfig) -> Starlette:
@@ -250,6 +252,7 @@ def create_app(config: ServerConfig) -> Starlette:
         # a page of 50 comparisons: the worst first, and quick to draw for runs of thousands of results
         Route("/compare", _view(d, d.compare, api=False, page="compare", title="Compare", defaults={"per_page": "50"})),
         Route("/changes", _view(d, d.changes_view, api=False, page="changes", title="Alerts")),
+        Route("/summaries", _view(d, d.summaries_view, api=False, page="summaries", title="Alert summaries")),
         Route("/api/overview", _view(d, d.overview, api=True)),
         Route("/api/identities", _view(d, d.identities, api=True)),
         Route("/api/series", _view(d, d.one_series, api=True)),
@@ -259,6 +262,7 @@ def create_app(config: ServerConfig) -> Starlette:
         Route("/api/compare", _view(d, d.compare, api=True)),
         Route("/api/changes", _view(d, d.changes_view, api=True)),
         Route("/api/alerts", _view(d, d.alerts_view, api=True)),
+        Route("/api/summaries", _view(d, d.summaries_view, api=True)),
         *_triage_routes(d, config),
         Route("/api/version", version),
         Route("/api/events", events),

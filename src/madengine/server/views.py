@@ -41,6 +41,7 @@ from madengine.server.changes import ChangeWatch
 from madengine.server.history import SeriesCache
 from madengine.server.filters import VERDICTS, Filters, row_time
 from madengine.stats.compare import ALPHA
+from madengine.stats.history import state_words
 
 T = TypeVar("T")
 MAX_TRENDS = 12  #: identities charted on one trend page (narrow the filters for others)
@@ -48,6 +49,7 @@ MAX_FAILURES = 50  #: failures listed first on the overview
 RECENT_CHANGES = 10  #: changes on the overview
 MAX_TRIAGE = 20  #: untriaged regressions on the first screen (the alerts page lists them all)
 MAX_FLAKY = 20  #: flaky results listed in their group on the overview
+SUMMARIES_PER_PAGE = 10  #: alert summaries on a page
 #: compare verdicts in the order a person reads them: what got worse first, what did not change last
 VERDICT_ORDER = VERDICTS
 HOW_TO_FILL = ("madengine run --tags TAGS --db-url URL",
@@ -173,11 +175,12 @@ def _vs_baseline(verdict: Mapping[str, Any] | None, relative: Mapping[str, Any] 
     if verdict:
         return {"change_percent": verdict.get("change_percent"), "significance": significance(verdict),
                 "verdict": verdict["verdict"], "method": verdict.get("method", ""), "p_value": verdict.get("p_value"),
-                "false_alarm_rate": verdict.get("false_alarm_rate"), "reason": verdict.get("reason", "")}
+                "false_alarm_rate": verdict.get("false_alarm_rate"), "reason": verdict.get("reason", ""),
+                "state": state_words(verdict), "more_runs": verdict.get("more_runs")}
     if relative and relative.get("pct_change") is not None:
         return {"change_percent": relative["pct_change"], "significance": "", "verdict": "", "p_value": None,
                 "method": f"against the mean of the latest {relative.get('sample_count', '')} runs (relative_change)",
-                "false_alarm_rate": None, "reason": ""}
+                "false_alarm_rate": None, "reason": "", "state": "", "more_runs": None}
     return None
 
 
@@ -240,6 +243,7 @@ class Dashboard:
         self._compared = Memo(8)
         self._history = Memo(2)  # alerts (per triage version)
         self._references = Memo(8)  # per old run: the history each result is judged against
+        self._run_commits = Memo(64)  # per run: each result's git_commit (the summaries' commit ranges)
         self.tails = SeriesCache(reader.states)  # kept across versions: reloaded where rows landed
         self._settled: Version | None = None  #: the version whose references were last made and frozen
         self._serving = 0  #: requests being answered: the background pass gives way to them
@@ -416,9 +420,18 @@ class Dashboard:
     def _alert_json(alert: alertlib.Alert, item: Mapping[str, Any] | None = None) -> dict[str, Any]:
         label = item["label"] if item else alert.change.get("identity", alert.model)
         return {**alert.to_json(), "label": label, "lower_is_better": alert.change.get("lower_is_better", False),
+                "change_words": alertlib.change_words(alert.size_percent, alert.kind),
                 "before_mean": alert.change.get("before", {}).get("mean"),
                 "after_mean": alert.change.get("after", {}).get("mean"),
                 "trace_diff": alert.change.get("trace_diff", "")}
+
+    def _chosen_alerts(self, filters: Filters, version: Version) -> tuple[dict[str, Any], list[alertlib.Alert]]:
+        """The results the filters pick (by identity key), and their alerts the detection still finds
+        of the filters' ``kind`` and ``state``."""
+        items = {i["identity_key"]: i for i in self._items(version) if self._item_matches(i, picking_identities(filters))}
+        alerts = [a for a in self._alerts(version) if a.detected and a.identity_key in items
+                  and (not filters.kind or a.kind == filters.kind) and (not filters.state or a.state == filters.state)]
+        return items, alerts
 
     def alerts_view(self, filters: Filters) -> dict[str, Any]:
         """Every alert the detection still finds (of the results the filters pick), the most deserving
@@ -426,9 +439,7 @@ class Dashboard:
         version = self.version()
         if not version.exists:
             return self._empty(version, items=[])
-        items = {i["identity_key"]: i for i in self._items(version) if self._item_matches(i, picking_identities(filters))}
-        alerts = [a for a in self._alerts(version) if a.detected and a.identity_key in items
-                  and (not filters.kind or a.kind == filters.kind) and (not filters.state or a.state == filters.state)]
+        items, alerts = self._chosen_alerts(filters, version)
         ordered = sort_items(sorted(alerts, key=alertlib.priority), filters, ALERT_SORTS)
         page, paging = _page(ordered, filters)
         states = dict.fromkeys(alertlib.STATES, 0)
@@ -438,6 +449,41 @@ class Dashboard:
                 "states": states, "precision": alertlib.precision(a for a in self._alerts(version)
                                                                 if a.identity_key in items),
                 **paging, "items": [self._alert_json(a, items[a.identity_key]) for a in page]}
+
+    def summaries_view(self, filters: Filters) -> dict[str, Any]:
+        """The alerts the detection still finds (of the results the filters pick, of ``kind`` and
+        ``state``) grouped by the run that introduced them (:func:`madengine.database.alerts.summaries`),
+        ``SUMMARIES_PER_PAGE`` to a page, each with its suspected commit range."""
+        version = self.version()
+        if not version.exists:
+            return self._empty(version, items=[])
+        items, alerts = self._chosen_alerts(filters, version)
+        made = alertlib.summaries(alerts)
+        page, paging = _page(made, dataclasses.replace(filters, per_page=SUMMARIES_PER_PAGE))
+        for summary in page:
+            summary.commits = alertlib.commit_ranges(summary, lambda run: self._commits(run, version))
+        shown = [{**s.to_json(), "items": [self._alert_json(a, items[a.identity_key]) for a in s.alerts]} for s in page]
+        return {"database": self.database(version), "empty": not items, "history": self.reader.has_history(),
+                "alerts": len(alerts), **paging, "items": shown}
+
+    def _commits(self, run_id: str, version: Version) -> dict[str, str]:
+        """Per identity key, its row's ``git_commit`` in run ``run_id``."""
+        columns = (*IDENTITY_FIELDS, "git_commit")
+        return self._run_commits.get((run_id,), version.max_id,
+                                lambda: alertlib.commits_of(self.reader.run_rows(run_id, columns)))
+
+    def triage_many(self, alert_ids: Sequence[str], summary: str | None,
+                    decide: Callable[[], alertlib.Triage]) -> dict[str, Any]:
+        """One decision about several alerts: those named, or a summary's (all of it, or those named
+        of it); the ids are checked before the decision."""
+        from madengine.database.api import triage_chosen
+        from madengine.database.sql import SqlStore, driver_errors
+
+        with driver_errors(self.reader.url), SqlStore(self.reader.url, self.table) as store:
+            if not store.table_exists():
+                raise LookupError(f"no results table '{self.table}'")
+            outcome = triage_chosen(store, alert_ids, summary, decide)
+        return {**outcome.to_json(), "alerts": [self._alert_json(a) for a in outcome.alerts]}
 
     def triage(self, alert_id: str, decision: alertlib.Triage) -> dict[str, Any]:
         """Record a person's decision about an alert (the only write of the dashboard: the alerts
