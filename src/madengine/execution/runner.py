@@ -318,7 +318,8 @@ class ModelRunner:
                        artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
                        timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
                        docker_file=target.docker_file, keep_alive=self.options.keep_alive,
-                       image=facts.image.run_as if facts.image is not None else "")
+                       image=facts.image.run_as if facts.image is not None else "",
+                       results_table=model.multiple_results)
         spec.launch = plan_launch(model, self.context, gpu_ids, self.executor.workspace(spec), self.host.environ)
         spec.env = model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ,
                              spec.launch)
@@ -420,7 +421,7 @@ class ModelRunner:
                         repeats.ran = True
                         if n >= warmup:
                             repeats.kept.append(result)
-                            if spec.model.multiple_results:
+                            if spec.results_table:
                                 table = self._table(spec, last=n == warmup + repeat - 1)
                                 if isinstance(table, str):
                                     return table
@@ -445,7 +446,9 @@ class ModelRunner:
             attributes["madengine.warmup"] = n < warmup
         else:
             phase = names.SPAN_POST_SCRIPTS if repeats.ran else names.SPAN_PRE_SCRIPTS
-        with self._phase(spec.model, phase, attributes) as span:
+        with self._phase(spec.model, phase, attributes) as span, contextlib.ExitStack() as beside:
+            for around in spec.around_model if step.is_model else ():
+                beside.enter_context(around(spec))
             result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
             span.set_attribute(names.ATTR_EXIT_CODE, result.exit_code)
         log.write(f"=== madengine step {label} ended: exit code {result.exit_code} after {result.duration:.2f} s\n")
@@ -479,24 +482,25 @@ class ModelRunner:
         return ""
 
     def _table(self, spec: RunSpec, last: bool) -> "list[dict[str, str]] | str":
-        """The rows of the ``multiple_results`` CSV one repeat wrote (its copy kept as an artifact)."""
-        model = spec.model
-        path = spec.workdir / spec.model_cwd / model.multiple_results
+        """The rows of the ``multiple_results`` CSV (``spec.results_table``) one repeat wrote (its copy
+        kept as an artifact)."""
+        table = spec.results_table
+        path = spec.workdir / spec.model_cwd / table
         if not path.is_file():
-            path = spec.workdir / model.multiple_results
+            path = spec.workdir / table
         try:
             rows = parse_multiple_results(path)
         except MadEngineError as exc:
             return f"multiple_results: {exc}"
         if not rows:
-            return f"multiple_results: {model.multiple_results} has no rows"
-        shutil.copy2(path, spec.artifacts_dir / Path(model.multiple_results).name)
+            return f"multiple_results: {table} has no rows"
+        shutil.copy2(path, spec.artifacts_dir / Path(table).name)
         if not last:
             path.unlink()  # the next repeat must write its own
         return rows
 
     def _evaluate(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
-        if spec.model.multiple_results:
+        if spec.results_table:
             return self._multiple(spec, repeats, facts)
         model = spec.model
         figures = [parse_performance(result.output) for result in repeats.kept]
@@ -514,17 +518,26 @@ class ModelRunner:
         return [record]
 
     def _multiple(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
-        """One row per result name of the CSV, its samples taken from every kept repeat."""
+        """One row per result of the CSV (its name, and its ``tag_configs`` when it has them), its
+        samples taken from every kept repeat. A row may say it is FAILURE and why (``status``,
+        ``reason``: a serving model's load point that failed); one with an empty name keeps the
+        model's, told apart from the others by its tag configs (added to the model's own)."""
         model = spec.model
         records = []
-        for name, rows in _by_result_name(repeats.tables).items():
+        for (name, configs), rows in _by_result_name(repeats.tables).items():
             values = facts.values()
-            values["extra"].update({k: v for k, v in rows[-1].items() if k not in ("model", "performance", "metric",
-                                                                                    "status")})
+            values["extra"].update({k: v for k, v in rows[-1].items() if k not in _TABLE_OWN})
             numbers = [as_number(row.get("performance", "")) for row in rows]
             record = self.records.for_model(model, Status.SUCCESS, metric=rows[-1].get("metric", ""), **values)
-            record.model = f"{model.name}_{name}"
-            if None in numbers or len(numbers) < len(repeats.tables):
+            record.model = f"{model.name}_{name}" if name else model.name
+            if configs:
+                record.tag_configs = tag_configs_text(list(model.tag_configs) + _config_pairs(configs))
+            failed = next((row for row in rows if (row.get("status") or "").strip().upper() == Status.FAILURE), None)
+            if failed is not None:
+                record.status, record.reason = Status.FAILURE, redact(failed.get("reason") or "the result said FAILURE")
+                if numbers[-1] is not None:
+                    record.performance = numbers[-1]
+            elif None in numbers or len(numbers) < len(repeats.tables):
                 record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number" \
                     if None in numbers else f"multiple_results row {name!r} is missing from some repeats"
             else:
@@ -622,13 +635,22 @@ def last_meaningful_line(output: str, limit: int = 200) -> str:
     return ""
 
 
-def _by_result_name(tables: list[list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
-    """The rows of every repeat's CSV grouped by result name, in first-seen order."""
-    grouped: dict[str, list[dict[str, str]]] = {}
+#: the columns of a results table that are the row's own, not extra columns
+_TABLE_OWN = ("model", "performance", "metric", "status", "reason", "tag_configs")
+
+
+def _by_result_name(tables: list[list[dict[str, str]]]) -> dict[tuple[str, str], list[dict[str, str]]]:
+    """The rows of every repeat's CSV grouped by result name and tag configs, in first-seen order."""
+    grouped: dict[tuple[str, str], list[dict[str, str]]] = {}
     for table in tables:
         for row in table:
-            grouped.setdefault(row.get("model", ""), []).append(row)
+            grouped.setdefault((row.get("model", ""), row.get("tag_configs", "") or ""), []).append(row)
     return grouped
+
+
+def _config_pairs(text: str) -> list[tuple[str, str]]:
+    """``concurrency=4:input_len=32`` → [("concurrency", "4"), ("input_len", "32")]."""
+    return [(key, value) for key, _, value in (item.partition("=") for item in text.split(":")) if key]
 
 
 def _label(model: Model) -> str:
