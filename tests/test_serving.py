@@ -374,3 +374,32 @@ def test_run_plan_writes_one_result_per_point_and_a_jsonl_each(tmp_path):
     # five at once: the same TTFT as one after another, and a fifth of the duration
     assert results[1].figures.latencies["ttft"]["p50"] == pytest.approx(50, abs=1e-6)
     assert results[1].figures.duration_s == pytest.approx(results[0].figures.duration_s / 5, rel=1e-6)
+
+
+# -- figures flow into compare and regressions ------------------------------------------------------
+def _row(run: int, ttft_p99: float, throughput: float, started: str = "") -> dict[str, str]:
+    return {"model": "m", "status": "SUCCESS", "performance": str(throughput), "metric": "output_throughput_tok_per_s",
+            "tag_configs": "concurrency=4:input_len=8:output_len=8", "executor": "serve-bench", "backend": "vllm",
+            "run_id": f"run{run:02d}", "started_at": started or f"2026-01-{run + 1:02d}T00:00:00+00:00",
+            "ttft_p99_ms": str(ttft_p99), "itl_p50_ms": "20.0", "figures": "ttft_p99_ms,itl_p50_ms"}
+
+
+def test_every_figure_of_a_row_is_compared_in_its_own_direction():
+    from madengine.reports.compare import compare_rows
+
+    old = [_row(1, 200.0 + i, 100.0) for i in range(5)]
+    new = [_row(2, 260.0 + i, 100.0) for i in range(5)]
+    result = compare_rows(old, new)
+    verdicts = {c.identity.metric: c for c in result.comparisons}
+    assert set(verdicts) == {"output_throughput_tok_per_s", "ttft_p99_ms", "itl_p50_ms"}
+    assert verdicts["ttft_p99_ms"].verdict == "slower" and verdicts["ttft_p99_ms"].identity.tag_configs.startswith("concurrency=4")
+    assert verdicts["output_throughput_tok_per_s"].verdict in ("unchanged", "inconclusive")
+
+
+def test_regressions_find_a_figure_that_grew():
+    from madengine.reports.regressions import find_regressions
+
+    rows = [_row(run, 200.0 if run < 8 else 300.0, 100.0) for run in range(16)]
+    report = find_regressions(rows)
+    changed = {c.identity.metric: c.kind for c in report.changes}
+    assert changed.get("ttft_p99_ms") == "regression" and "itl_p50_ms" not in changed
