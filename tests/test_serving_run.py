@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from conftest import BASE_IMAGE, REPO, run_process
+from test_slurm_run import slurm_cluster  # noqa: F401 (the session's Slurm cluster: a fixture)
 from madengine.results import read_rows
 
 pytest.importorskip("aiohttp")
@@ -167,3 +168,18 @@ def _check_serve_tiny(rows: list[dict], executor: str) -> None:
         assert row["status"] == "SUCCESS" and row["model"] == "serve_tiny" and row["executor"] == executor, row
         assert row["server"] == "transformers" and row["served_model"] == "tiny-gpt2" and row["token_counts"] == "usage"
         assert row["completed"] == "8" and float(row["ttft_p50_ms"]) > 0 and float(row["performance"]) > 0
+
+
+@pytest.mark.slurm
+def test_a_serving_model_on_slurm_records_its_load_points(serve_repo, cli, request):
+    """A Slurm task runs the same pipeline on its node (local executor there): the rows come back
+    merged, one per load point."""
+    from test_slurm_run import CONTEXT
+
+    request.getfixturevalue("slurm_cluster")
+    result = cli("run", "--tags", "srv_ok", "--executor", "slurm", "-c", CONTEXT, "--no-html")
+    assert result.code == 0, result
+    rows = _rows(serve_repo)
+    assert [r["tag_configs"] for r in rows] == ["concurrency=1:input_len=4:output_len=5",
+                                                "concurrency=4:input_len=4:output_len=5"]
+    assert all(r["status"] == "SUCCESS" and r["executor"] == "slurm" and r["completed"] == "8" for r in rows)
