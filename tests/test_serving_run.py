@@ -94,6 +94,15 @@ def test_a_serving_model_records_one_row_per_load_point(serve_repo, cli, executo
     assert len([e for e in events if e.get("name") == "serving.request"]) == 8 + 8 + 6 + 6
 
 
+def test_repeats_restart_the_server_and_give_each_load_point_its_samples(serve_repo, cli):
+    result = cli("run", "--tags", "srv_ok", "--executor", "local", "--repeat", "2", "--no-html")
+    assert result.code == 0, result
+    rows = _rows(serve_repo)
+    assert len(rows) == 2 and all(r["perf_n"] == "2" and len(json.loads(r["perf_samples"])) == 2 for r in rows)
+    log = Path(rows[0]["artifacts"].split(",")[0]).read_text()
+    assert log.count("benchmark done; the server was stopped") == 2
+
+
 def test_errors_make_failure_rows_with_their_reason(serve_repo, cli):
     result = cli("run", "--tags", "srv_failing", "--executor", "local", "--no-html")
     assert result.code == 1, result

@@ -205,9 +205,13 @@ async def _measure(plan: ServingPlan, endpoint: Any, point: LoadPoint, prompts: 
 
 
 def write_requests(folder: Path, point: LoadPoint, records: list[RequestRecord]) -> Path:
-    """The per-request JSONL file of one load point (``requests_concurrency=4.jsonl``)."""
+    """The per-request JSONL file of one load point (``requests_concurrency=4.jsonl``; ``…_2.jsonl`` for
+    a load point measured twice, as a sweep may measure a rate also given as a fixed point)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"requests_{point.label}.jsonl"
+    path, number = folder / f"requests_{point.label}.jsonl", 1
+    while path.exists():
+        number += 1
+        path = folder / f"requests_{point.label}_{number}.jsonl"
     origin = min((r.sent for r in records), default=0)
     with open(path, "w", encoding="utf-8") as handle:
         for record in records:

@@ -133,6 +133,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from madengine.cli.commands.bench import trace_note
     from madengine.cli.perf_html import write_html
     from madengine.serving.bench import ServeBenchRequest, run_serve_bench
 
@@ -148,9 +149,8 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         env.data(text)
     if summary.records and not args.no_html:
         write_html(env, summary.perf_csv)
-    trace = getattr(summary.trace, "path", None)
     env.message(f"madengine: {len(summary.records) - len(summary.failed)} succeeded, {len(summary.failed)} failed; "
-                f"rows in {summary.perf_csv}; requests in {summary.run_dir}" + (f"; trace {trace}" if trace else ""))
+                f"rows in {summary.perf_csv}; requests in {summary.run_dir}" + trace_note(summary))
     return ExitStatus.FAILED if summary.failed else ExitStatus.OK
 
 
