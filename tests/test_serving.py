@@ -403,3 +403,27 @@ def test_regressions_find_a_figure_that_grew():
     report = find_regressions(rows)
     changed = {c.identity.metric: c.kind for c in report.changes}
     assert changed.get("ttft_p99_ms") == "regression" and "itl_p50_ms" not in changed
+
+
+def test_each_figure_is_a_row_of_its_own_in_the_database(cli, tmp_path, server):
+    """update-table stores each figure as a row of its metric (series, alerts and the dashboard take it
+    like any result), once: a re-import adds nothing, and a comparison of runs counts it once."""
+    from madengine.database import fetch_run
+    from madengine.reports.compare import compare_runs
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    runs = []
+    for _ in range(2):
+        assert _bench(cli, tmp_path, server.url, "--concurrency", "2", "--requests", "4", "--output-len", "4").code == 0
+        runs.append(read_rows(tmp_path / "perf.csv")[-1]["run_id"])
+    first = cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", url)
+    again = cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", url)
+    assert first.code == 0 and again.code == 0, (first, again)
+    assert "2 row(s), 28 inserted" in first.stderr and "0 inserted" in again.stderr
+    stored = fetch_run(url, runs[1])
+    by_metric = {row["metric"]: row for row in stored}
+    assert len(stored) == 14 and by_metric["ttft_p99_ms"]["performance"] == by_metric["ttft_p99_ms"]["ttft_p99_ms"]
+    assert by_metric["output_throughput_tok_per_s"]["figures"] == ""  # its figures are the other rows now
+    compared = compare_runs(url, runs[0], runs[1])
+    assert sorted(c.identity.metric for c in compared.comparisons).count("ttft_p99_ms") == 1
+    assert len(compared.comparisons) == 14

@@ -103,6 +103,17 @@ def test_repeats_restart_the_server_and_give_each_load_point_its_samples(serve_r
     assert log.count("benchmark done; the server was stopped") == 2
 
 
+def test_run_db_url_records_every_figure_as_it_lands(serve_repo, cli):
+    import sqlite3
+
+    database = serve_repo / "results.db"
+    result = cli("run", "--tags", "srv_ok", "--executor", "local", "--db-url", f"sqlite:///{database}", "--no-html")
+    assert result.code == 0, result
+    with sqlite3.connect(database) as connection:
+        metrics = dict(connection.execute("SELECT metric, COUNT(*) FROM dlm_table GROUP BY metric").fetchall())
+    assert metrics["output_throughput_tok_per_s"] == 2 and metrics["ttft_p99_ms"] == 2 and len(metrics) == 14
+
+
 def test_errors_make_failure_rows_with_their_reason(serve_repo, cli):
     result = cli("run", "--tags", "srv_failing", "--executor", "local", "--no-html")
     assert result.code == 1, result
