@@ -157,6 +157,18 @@ def test_a_bad_serving_block_exits_2_naming_the_field(serve_repo, cli, block, fi
     assert "Traceback" not in result.stderr and not (serve_repo / "perf.csv").exists()
 
 
+@pytest.mark.parametrize("executor", ["k8s", "slurm"])
+def test_serving_blocks_are_checked_before_a_job_or_a_pod(serve_repo, cli, executor):
+    """The Kubernetes executor cannot run a client beside its pods: refused; a Slurm job is not
+    submitted with a bad block (its tasks would fail on their nodes)."""
+    if executor == "slurm":
+        (serve_repo / "models.json").write_text(json.dumps([_entry("srv_bad", {"concurrency": "0"})]))
+    result = cli("run", "--tags", "srv_ok" if executor == "k8s" else "srv_bad", "--executor", executor)
+    assert result.code == 2, result
+    said = "--executor" if executor == "k8s" else "serving.concurrency"
+    assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_serve_tiny_serves_transformers_on_the_local_executor(tmp_path):
     """The bundled example with the local executor: `transformers serve` (the serving-example extra)
     on a tiny GPT-2 made at run time, rows at concurrency 1 and 4. The docker run of the same model is

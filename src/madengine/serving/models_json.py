@@ -64,6 +64,17 @@ def check_blocks(models: list[Any], root: Path) -> None:
             plan_of(model, root, port=1, timeout=model.timeout)
 
 
+def check_executor(models: list[Any], root: Path, executor: str) -> None:
+    """The blocks, before a Slurm job is submitted (its tasks would find a bad one on their nodes),
+    and the executors that can run a client beside the model (not Kubernetes: its pods run alone)."""
+    serving = [m for m in models if m.extra.get(BLOCK) is not None]
+    if serving and executor == "k8s":
+        raise InputError(f"model '{serving[0].name}' has a serving block, which runs on the local, docker and Slurm "
+                         "executors (no load generator runs beside a pod)", path="--executor",
+                         hint="run it with another executor, or measure the pod's endpoint with madengine serve-bench")
+    check_blocks(serving, root)
+
+
 def plan_of(model: Any, root: Path, *, port: int, timeout: int | None) -> ServingPlan:
     """The :class:`ServingPlan` of a model's block, every field checked; ``port`` where the server
     listens (``port`` of the block wins)."""
