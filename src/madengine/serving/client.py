@@ -90,7 +90,10 @@ async def open_connections(session: aiohttp.ClientSession, endpoint: Endpoint, c
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
             pass
 
-    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), 30)
+    try:
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), 30)
+    except asyncio.TimeoutError:
+        pass
 
 
 Clock = Callable[[], int]
@@ -228,7 +231,9 @@ class _StreamState:
         record = self.record
         if record.error:
             return
-        if not self.done and not record.finish_reason:
+        if not self.done and not self.chunks:
+            record.error = "not an SSE stream: the answer had no 'data:' line (does the server stream?)"
+        elif not self.done and not record.finish_reason:
             record.error = (f"stream cut: it ended after {len(record.token_times)} token(s) with no finish_reason "
                             "and no [DONE]")
         elif not record.token_times:
