@@ -25,7 +25,8 @@ from madengine.results import PerfRecord, Provenance, RecordFactory, Status, app
 from madengine.results.identity import tag_configs_text
 from madengine.results.spans import describe_span
 from madengine.serving.columns import METRIC, point_columns, rounded, tag_pairs
-from madengine.serving.plan import PointResult, ServingPlan, SweepResult, check_plan, output_len_of, run_plan
+from madengine.serving.plan import (PointResult, ServingPlan, SweepResult, check_plan, output_len_of, require_client,
+                                    run_plan)
 from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
@@ -73,6 +74,7 @@ def run_serve_bench(request: ServeBenchRequest, reporter: Reporter | None = None
 
     reporter = reporter or Reporter()
     plan = request.plan
+    require_client("madengine serve-bench")
     prompts = check_plan(plan)
     check_writable(Path(request.output or "perf.csv"), Path(request.runs_dir))
     run_id = new_run_id()

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 from madengine.core.errors import CatalogError, InputError
 from madengine.core.values import seconds, whole_number
 from madengine.serving import loadpoints as lp
-from madengine.serving.plan import ServingPlan, check_plan
+from madengine.serving.plan import ServingPlan, check_plan, require_client
 
 BLOCK = "serving"
 FOLDER = ".madengine_serving"
@@ -59,6 +59,8 @@ SERVING_LAUNCHERS = ("vllm", "sglang", "sglang-disagg")
 
 def check_blocks(models: list[Any], root: Path) -> None:
     """Every model's ``serving`` block, checked before anything is built (an InputError, exit 2)."""
+    if any(model.extra.get(BLOCK) is not None for model in models):
+        require_client(f"model '{next(m for m in models if m.extra.get(BLOCK) is not None).name}' (a serving block)")
     for model in models:
         if model.extra.get(BLOCK) is not None:
             plan_of(model, root, port=1, timeout=model.timeout)

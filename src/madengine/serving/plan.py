@@ -116,6 +116,15 @@ def check_plan(plan: ServingPlan) -> list[Prompt]:
     return synthetic(plan.requests, plan.input_len, plan.output_len or DEFAULT_OUTPUT_LEN, plan.seed)
 
 
+def require_client(what: str) -> None:
+    """The async HTTP client (aiohttp, the ``serving`` extra) is installed, else an InputError (exit 2)
+    before anything runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("aiohttp") is None:
+        raise InputError(f"{what} needs aiohttp, which is not installed", hint="pip install 'madengine[serving]'")
+
+
 def _check_count(value: Any, flag: str, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InputError(f"{value!r} is not a whole number from {low} to {high}", path=flag)
