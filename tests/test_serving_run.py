@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BASE_IMAGE, REPO, run_process
+from conftest import BASE_IMAGE, REPO, require_service, run_process
 from test_slurm_run import slurm_cluster  # noqa: F401 (the session's Slurm cluster: a fixture)
 from madengine.results import read_rows
 
@@ -173,7 +173,10 @@ def test_serve_tiny_serves_transformers_on_the_local_executor(tmp_path):
     """The bundled example with the local executor: `transformers serve` (the serving-example extra)
     on a tiny GPT-2 made at run time, rows at concurrency 1 and 4. The docker run of the same model is
     test_serve_tiny_in_the_pyt_image."""
-    pytest.importorskip("fastapi")
+    import importlib.util
+
+    require_service("transformers' serving extra", importlib.util.find_spec("fastapi") is not None,
+                    "pip install 'madengine[serving-example]'")
     perf = tmp_path / "perf.csv"
     done = run_process("run", "--tags", "serve_tiny", "--executor", "local", "--perf-csv", str(perf),
                        "--runs-dir", str(tmp_path / "runs"), "--no-html", cwd=tmp_path, env={"MODEL_DIR": str(REPO)},
