@@ -24,7 +24,7 @@ from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Provenance, RecordFactory, Status, append_records
 from madengine.results.identity import tag_configs_text
 from madengine.results.spans import describe_span
-from madengine.serving.columns import METRIC, point_columns, rounded, tag_pairs
+from madengine.serving.columns import METRIC, point_columns, rounded, tag_pairs, workload_pairs
 from madengine.serving.plan import (PointResult, ServingPlan, SweepResult, check_plan, output_len_of, require_client,
                                     run_plan)
 from madengine.tracing import names
@@ -134,6 +134,12 @@ def plan_columns(plan: ServingPlan) -> dict[str, Any]:
             "ignore_eos": "true" if plan.ignore_eos else "false", "max_error_rate": plan.max_error_rate}
 
 
+def workload_of(plan: ServingPlan) -> dict[str, Any]:
+    """The plan's workload as :func:`~madengine.serving.columns.workload_pairs` takes it."""
+    return {"input_len": plan.input_len, "output_len": output_len_of(plan), "dataset": plan.dataset_label,
+            "api": plan.api}
+
+
 def point_values(plan: ServingPlan, result: PointResult) -> dict[str, Any]:
     """A load point's row as (column → value): status, reason, performance, metric, tag_configs and
     the extra columns. What serve-bench records and a ``serving`` model writes to its results CSV."""
@@ -144,8 +150,7 @@ def point_values(plan: ServingPlan, result: PointResult) -> dict[str, Any]:
         columns["sweep"] = "slo"
     if result.requests_file is not None:
         columns["requests_file"] = str(result.requests_file)
-    pairs = tag_pairs(result.point, input_len=plan.input_len, output_len=output_len_of(plan),
-                      dataset=plan.dataset_label, api=plan.api)
+    pairs = tag_pairs(result.point, **workload_of(plan))
     succeeded = result.figures is not None and result.figures.completed > 0
     return {"status": Status.FAILURE if result.reason else Status.SUCCESS, "reason": result.reason,
             "performance": columns.get(METRIC) if succeeded else None, "metric": METRIC,
@@ -164,8 +169,7 @@ def sweep_values(plan: ServingPlan, sweep: SweepResult) -> dict[str, Any]:
     assert plan.sweep is not None
     pairs = [("sweep", "slo"), *[(k, v) for k, v in (item.split("=") for item in plan.slo.text.split(","))],
              ("attainment", f"{plan.sweep.attainment:g}")]
-    pairs += [p for p in tag_pairs(_any_rate(sweep), input_len=plan.input_len, output_len=output_len_of(plan),
-                                   dataset=plan.dataset_label, api=plan.api) if p[0] != "rate"]
+    pairs += workload_pairs(**workload_of(plan))
     columns = plan_columns(plan) | {"slo": plan.slo.text, "sweep": "slo",
                                     "sweep_rates": ",".join(f"{rate:g}:{'met' if ok else 'missed'}"
                                                             for rate, ok in sweep.tried)}
@@ -174,12 +178,6 @@ def sweep_values(plan: ServingPlan, sweep: SweepResult) -> dict[str, Any]:
             "reason": "" if best is not None else f"no rate met the SLO {plan.slo.text} (from {plan.sweep.start:g} req/s)",
             "performance": rounded(best) if best is not None else None, "metric": SWEEP_METRIC,
             "tag_configs": tag_configs_text(pairs), "extra": columns}
-
-
-def _any_rate(sweep: SweepResult) -> Any:
-    from madengine.serving.loadpoints import LoadPoint
-
-    return LoadPoint(rate=sweep.tried[0][0] if sweep.tried else 1.0)
 
 
 def sweep_record(factory: RecordFactory, plan: ServingPlan, sweep: SweepResult) -> PerfRecord:

@@ -60,12 +60,18 @@ def point_columns(figures: PointFigures | None, *, point: LoadPoint, requests: i
     return columns
 
 
-def tag_pairs(point: LoadPoint, *, input_len: int | None, output_len: int | None, dataset: str, api: str
-              ) -> list[tuple[str, str]]:
-    """What the load point's row is compared by, besides model, server and environment."""
-    pairs = [(point.kind, point.value_text)]
-    pairs.append(("dataset", dataset) if dataset else ("input_len", str(input_len)))
-    pairs.append(("output_len", str(output_len) if output_len is not None else "reply"))
+def tag_pairs(point: LoadPoint, **workload: Any) -> list[tuple[str, str]]:
+    """What the load point's row is compared by, besides model, server and environment: the load
+    point and the workload (:func:`workload_pairs`)."""
+    return [(point.kind, point.value_text), *workload_pairs(**workload)]
+
+
+def workload_pairs(*, input_len: int | None, output_len: int | None, dataset: str, api: str
+                   ) -> list[tuple[str, str]]:
+    """The prompts (their length, or the dataset), the output length (``reply``: each ShareGPT
+    reply's) and the API when it is not completions."""
+    pairs = [("dataset", dataset) if dataset else ("input_len", str(input_len)),
+             ("output_len", str(output_len) if output_len is not None else "reply")]
     if api != "completions":
         pairs.append(("api", api))
     return pairs

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from madengine.serving.loadpoints import Slo
 from madengine.serving.requests import RequestRecord
@@ -112,6 +112,3 @@ def _kinds_text(figures_: PointFigures, shown: int = 3) -> str:
     text = ", ".join(f"{kind} ×{count}" for kind, count in items[:shown])
     return text + (f", {len(items) - shown} other kind(s)" if len(items) > shown else "")
 
-
-def summary_json(figures_: PointFigures) -> dict[str, Any]:
-    return dataclasses.asdict(figures_) | {"error_rate": figures_.error_rate}
