@@ -36,6 +36,7 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import urlsplit
 
 from madengine.core.errors import CatalogError, InputError
 from madengine.core.values import seconds, whole_number
@@ -253,8 +254,7 @@ def serving_extension(root: Path, executor_name: str, tracer: Any, message: Call
 
         plan = plan_of(spec.model, root, port=free_port(), timeout=spec.timeout)
         prompts = check_plan(plan)
-        port = plan.url.split(":")[2].split("/")[0]
-        spec.env.update(MAD_SERVING_PORT=port, MAD_SERVING_HOST="127.0.0.1", MAD_SERVING_MODEL=plan.model,
+        spec.env.update(MAD_SERVING_PORT=str(urlsplit(plan.url).port), MAD_SERVING_HOST="127.0.0.1", MAD_SERVING_MODEL=plan.model,
                         MAD_SERVING_URL=plan.url)
         step = next((s for s in spec.steps if s.is_model), None)
         if step is None:
