@@ -31,7 +31,6 @@ from madengine.tracing import names
 from madengine.tracing.command import finish_tracer, start_tracer, tracer_checkpoint
 
 EXECUTOR = "serve-bench"
-SPAN_SERVE_BENCH = "madengine.serve_bench"
 SWEEP_METRIC = "slo_rate_req_per_s"
 
 
@@ -91,7 +90,7 @@ def run_serve_bench(request: ServeBenchRequest, reporter: Reporter | None = None
         summary.results.append(result)
 
     try:
-        with tracer.span(SPAN_SERVE_BENCH, {names.ATTR_RUN_ID: run_id, names.ATTR_EXECUTOR: EXECUTOR}):
+        with tracer.span(names.SPAN_SERVE_BENCH, {names.ATTR_RUN_ID: run_id, names.ATTR_EXECUTOR: EXECUTOR}):
             summary.sweep = asyncio.run(run_plan(plan, prompts, summary.run_dir, tracer=tracer, on_result=record,
                                                  message=reporter.message, stopped=stopped))
             if summary.sweep is not None:

@@ -20,9 +20,7 @@ from madengine.serving.client import Clock, Endpoint, new_session, open_connecti
 from madengine.serving.loadpoints import LoadPoint
 from madengine.serving.prompts import Prompt
 from madengine.serving.requests import RequestRecord
-
-SPAN_REQUEST = "serving.request"
-
+from madengine.tracing import names
 
 async def run_point(endpoint: Endpoint, point: LoadPoint, prompts: list[Prompt], *, seed: int = 0,
                     done: Callable[[RequestRecord], None] = lambda record: None,
@@ -76,13 +74,13 @@ def request_span(tracer: Any, record: RequestRecord, parent: Any, point: LoadPoi
     """The request as a finished span of the trace, with its figures as attributes."""
     if not tracer.enabled:
         return
-    attributes: dict[str, Any] = {"madengine.serving.request": record.index, "madengine.serving.load_point": point.label,
+    attributes: dict[str, Any] = {"madengine.serving.request": record.index, names.ATTR_LOAD_POINT: point.label,
                                   "madengine.serving.output_tokens": record.output_tokens}
     for key, value in (("ttft_ms", record.ttft_ms), ("tpot_ms", record.tpot_ms), ("e2e_ms", record.e2e_ms)):
         if value is not None:
             attributes[f"madengine.serving.{key}"] = round(value, 3)
     if record.http_status is not None:
         attributes["http.response.status_code"] = record.http_status
-    tracer.add_span(SPAN_REQUEST, tracer.epoch_ns_from_monotonic(record.sent),
+    tracer.add_span(names.SPAN_SERVING_REQUEST, tracer.epoch_ns_from_monotonic(record.sent),
                     tracer.epoch_ns_from_monotonic(record.ended or record.sent), attributes, parent=parent,
                     category="serving", error=record.error or None)

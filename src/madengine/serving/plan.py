@@ -23,12 +23,11 @@ from madengine.serving.loadpoints import LoadPoint, RateSweep, Slo, best_rate, n
 from madengine.serving.metrics import DEFAULT_MAX_ERROR_RATE, PointFigures, failure_reason, figures
 from madengine.serving.prompts import MAX_LEN, Prompt, sharegpt, synthetic
 from madengine.serving.requests import RequestRecord
+from madengine.tracing import names
 
 DEFAULT_INPUT_LEN = 128
 DEFAULT_OUTPUT_LEN = 128
 MAX_REQUESTS = 1_000_000
-SPAN_LOAD_POINT = "serving.load_point"
-SPAN_READY = "serving.ready"
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -154,7 +153,7 @@ async def run_plan(plan: ServingPlan, prompts: list[Prompt], folder: Path, *, tr
     from madengine.serving.readiness import stop_flag, wait_ready
 
     endpoint = endpoint_of(plan)
-    with tracer.span(SPAN_READY, {"url.full": plan.url}) as span:
+    with tracer.span(names.SPAN_SERVING_READY, {"url.full": plan.url}) as span:
         not_ready = await wait_ready(plan.url, plan.ready_timeout, dict(endpoint.headers), stop_flag(stopped))
         if not_ready:
             span.set_error(not_ready)
@@ -199,9 +198,8 @@ async def _measure(plan: ServingPlan, endpoint: Any, point: LoadPoint, prompts: 
     from madengine.serving.loadgen import request_span, run_point
 
     message(f"madengine: {plan.row_name} at {point.label}: {len(prompts)} request(s) to {endpoint.url}")
-    attributes = {"madengine.serving.load_point": point.label, "madengine.model": plan.row_name,
-                  "madengine.backend": plan.server}
-    with tracer.span(SPAN_LOAD_POINT, attributes) as span:
+    attributes = {names.ATTR_LOAD_POINT: point.label, names.ATTR_MODEL: plan.row_name, names.ATTR_BACKEND: plan.server}
+    with tracer.span(names.SPAN_SERVING_LOAD_POINT, attributes) as span:
         records = await run_point(endpoint, point, prompts, seed=plan.seed, clock=clock,
                                   done=lambda record: request_span(tracer, record, span, point))
         measured = figures(records, plan.slo)
