@@ -30,6 +30,7 @@ from madengine.serving.plan import ServingPlan, check_plan, run_plan
 from madengine.serving.prompts import sharegpt, synthetic
 from madengine.stats.summary import percentile
 from madengine.tracing import NULL_TRACER
+from madengine.tracing.validate import check_trace
 
 pytest.importorskip("aiohttp")
 
@@ -154,6 +155,7 @@ def test_serve_bench_records_one_row_per_load_point_with_requests_and_trace(cli,
         assert len(json.loads(lines[0])["itl_ms"]) == 5
     summary = json.loads(result.stdout)
     trace = json.loads(Path(summary["trace"]).read_text())
+    assert check_trace(trace) == []  # well formed: the overlapping requests on tracks of their own
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     requests = [e for e in events if e.get("name") == "serving.request"]
     assert len(requests) == 24 and all(e["args"].get("madengine.serving.load_point") for e in requests)
