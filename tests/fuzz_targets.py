@@ -482,6 +482,54 @@ def run_manifest(content: str | bytes, workdir: Path) -> None:
     load_manifest(path)
 
 
+# -- serving: the models.json block, serve-bench's load-point flags, ShareGPT files ----------------------------
+SERVING_FIELDS = {
+    "concurrency": field(st.lists(st.integers(-2, 70), max_size=3), st.sampled_from(["1,4", "1,,4", "", "0"])),
+    "request_rate": field(st.lists(st.one_of(numbers, st.just("inf")), max_size=3), texts),
+    "requests": field(numbers), "input_len": field(numbers), "output_len": field(numbers), "seed": field(numbers),
+    "slo": field(st.dictionaries(st.sampled_from(["ttft_ms", "tpot_ms", "e2e_ms", "x"]), numbers, max_size=2), texts),
+    "sweep": field(st.booleans(), st.dictionaries(st.sampled_from(["start", "steps", "max_rate", "attainment"]),
+                                                  numbers, max_size=2)),
+    "port": field(numbers), "dataset": field(PATHS), "max_error_rate": field(numbers), "ready_timeout": field(numbers),
+    "request_timeout": field(numbers), "ignore_eos": field(st.booleans()), "api": field(texts),
+    "model": field(texts), "server": field(texts), "path": field(texts),
+}
+serving_blocks = weighted([objects(SERVING_FIELDS, most=5)] * 7 + [odd])
+
+
+def run_serving_block(block: Any, workdir: Path) -> None:
+    from madengine.catalog.schema import model_from_entry
+    from madengine.serving.models_json import check_blocks
+
+    check_blocks([model_from_entry({"name": "m", "scripts": "s", "serving": block}, source="models.json")], workdir)
+
+
+def run_load_point_flags(texts_: tuple[str, str, str], workdir: Path) -> None:
+    from madengine.serving import loadpoints
+
+    concurrency, rates, slo = texts_
+    loadpoints.load_points(loadpoints.parse_concurrencies(concurrency), loadpoints.parse_rates(rates))
+    loadpoints.parse_slo(slo)
+
+
+load_point_flags = st.tuples(st.one_of(st.sampled_from(["1,4", "1,,4", "0", "٣", "1e3"]), texts),
+                             st.one_of(st.sampled_from(["2,inf", "nan", "-1", "1e999", "0.5"]), texts),
+                             st.one_of(st.sampled_from(["ttft_ms=5", "ttft_ms=5,ttft_ms=6", "x=1"]), texts))
+
+
+def run_sharegpt(content: str | bytes, workdir: Path) -> None:
+    from madengine.serving.prompts import sharegpt
+
+    path = workdir / "sharegpt.json"
+    _write(path, content)
+    sharegpt(path, 3, None)
+
+
+sharegpt_documents = documents(weighted([st.lists(st.fixed_dictionaries({"conversations": st.lists(
+    st.fixed_dictionaries({"from": st.sampled_from(["human", "gpt"]), "value": field(texts)}), max_size=3)}),
+    max_size=3)] * 6 + [json_values]))
+
+
 TARGETS: dict[str, tuple[st.SearchStrategy, Callable[[Any, Path], None]]] = {
     "models.json": (models_json, run_models_json),
     "scripts/<dir>/models.json": (models_json, run_sub_models_json),
@@ -497,6 +545,9 @@ TARGETS: dict[str, tuple[st.SearchStrategy, Callable[[Any, Path], None]]] = {
     "multiple_results CSV": (csv_documents, run_multiple_results),
     "perf.csv readers": (csv_documents, run_perf_csv),
     "build manifest": (manifest_documents, run_manifest),
+    "serving block": (serving_blocks, run_serving_block),
+    "serve-bench load flags": (load_point_flags, run_load_point_flags),
+    "ShareGPT file": (sharegpt_documents, run_sharegpt),
 }
 
 

@@ -22,7 +22,8 @@ from madengine.core.errors import ExitStatus, Interrupted, MadEngineError, inter
 from madengine.core.redact import redact
 from madengine.core.values import PART_LIMIT
 
-COMMANDS = ("run", "build", "discover", "doctor", "report", "database", "bench", "scorecard", "cache", "clean",
+COMMANDS = ("run", "build", "discover", "doctor", "report", "database", "bench", "scorecard", "serve-bench", "cache",
+            "clean",
             "k8s", "completion")
 
 EXIT_CODES_HELP = """exit codes:
@@ -94,7 +95,7 @@ def build_parser(argv: Sequence[str] | None = None, *, full: bool = False) -> ar
     wanted = _command_of(argv or [])
     for name in COMMANDS:
         if full or name == wanted:
-            importlib.import_module(f"madengine.cli.commands.{name}").add_parser(subparsers)
+            importlib.import_module(f"madengine.cli.commands.{name.replace('-', '_')}").add_parser(subparsers)
         elif wanted not in COMMANDS:  # the listing of --help, or the choices of an unknown command's error
             subparsers.add_parser(name, help=SUMMARIES[name])
     for command in _commands(parser):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 CONTAINER_WORKSPACE = "/myworkspace"
 
@@ -68,6 +68,14 @@ class RunSpec:
     #: called after the steps ran and files were collected; each returns extra perf row values
     #: (standard column names set the column, other names become extra columns at the end)
     finalizers: list[Callable[["RunSpec"], dict[str, Any]]] = dataclasses.field(default_factory=list)
+    #: entered around each run of the model step, left when it ended: what works beside the model
+    #: while it runs (a serving model's load generator, which ends its server when it is done)
+    around_model: list[Callable[["RunSpec"], ContextManager[Any]]] = dataclasses.field(default_factory=list)
+    #: the CSV of one row per result the model step writes (``multiple_results``'s format), relative
+    #: to the work folder: the model's ``multiple_results``, or the load points of a serving model
+    results_table: str = ""
+    #: the run's container shares the host's network (a serving model's endpoint, reached from here)
+    host_network: bool = False
 
     @property
     def run_id(self) -> str:

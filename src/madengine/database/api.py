@@ -47,7 +47,7 @@ class ImportResult:
     table: str
     csv_file: str
     rows: int  #: rows read from perf.csv
-    inserted: int  #: rows new to the database
+    inserted: int  #: rows new to the database (a row's figures are rows of their own there: results.figures)
     already_stored: int  #: rows the database had from an earlier import
     enriched: int  #: rows whose empty cells --model-json-path filled
     table_created: bool
@@ -123,7 +123,7 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
         outcome = importer.import_rows(store, batches(ahead), total=total, reporter=reporter,
                                        what=f"importing {source.path.name}")
     return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=total,
-                        inserted=outcome.inserted, already_stored=total - outcome.inserted, enriched=enriched,
+                        inserted=outcome.inserted, already_stored=outcome.already_stored, enriched=enriched,
                         table_created=state.created, series=outcome.series, new_alerts=outcome.new_alerts)
 
 

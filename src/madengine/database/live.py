@@ -56,8 +56,10 @@ class LiveRecorder:
         from madengine.database import rows as rowlib
         from madengine.database.api import open_store
 
-        # the cells as perf.csv gives them back (read_rows strips them): the same content key
-        row = rowlib.to_import_rows([{k: str(v).strip() for k, v in cells.items()}], self._seen)[0]
+        # the cells as perf.csv gives them back (read_rows strips them): the same content key; a row
+        # naming figures brings their rows too (results.figures)
+        rows = rowlib.to_import_rows([{k: str(v).strip() for k, v in cells.items()}], self._seen)
+        row = rows[0]
         try:
             with open_store(self.url, self.table, self.environ, create=True) as store:
                 if not self._table_checked:
@@ -65,7 +67,7 @@ class LiveRecorder:
                     importer.catch_up(store)
                     self._table_checked = True
                 # a run does not wait long behind a big import: its rows are in perf.csv, for later
-                self.recorded += importer.import_rows(store, [[row]], wait_s=LOCK_WAIT_S).inserted
+                self.recorded += importer.import_rows(store, [rows], wait_s=LOCK_WAIT_S).inserted
         except Exception as exc:  # noqa: BLE001 - whatever the database did, the run goes on (perf.csv has the row)
             self.stopped = str(exc) if isinstance(exc, MadEngineError) else f"{type(exc).__name__}: {exc}"
             return (f"madengine: warning: the results database did not take the row of {row.get('model')} "

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from madengine.core.errors import InputError
 from madengine.core.jsonio import read_json_file
 from madengine.results.columns import ALL_COLUMNS
+from madengine.results.figures import FIGURES_COLUMN, figure_rows
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.results.perfcsv import csv_input_errors, csv_rows
@@ -106,8 +107,26 @@ def to_import_rows(rows: Sequence[dict[str, str]], seen: dict[bytes, int] | None
     out = []
     for key, row in zip(content_keys(rows, seen), rows):
         extra = {name: value for name, value in row.items() if name not in COLUMN_AT}
-        out.append(ImportRow(key, [row.get(name, "") for name in ALL_COLUMNS], extra))
+        out += with_figure_rows(ImportRow(key, [row.get(name, "") for name in ALL_COLUMNS], extra))
     return out
+
+
+def with_figure_rows(row: ImportRow) -> list[ImportRow]:
+    """The row, then one row per figure its ``figures`` cell names (:mod:`madengine.results.figures`):
+    each figure is stored as a row of its own metric, so the database's series, alerts, summaries and
+    the dashboard take it like any other result. The stored row's ``figures`` is emptied (its figures
+    are those rows now, never counted twice); a figure's row is keyed by its row's key and the
+    figure's name, so a re-import stores it once."""
+    names = row.extra.get(FIGURES_COLUMN)
+    if not names:
+        return [row]
+    cells = {**row.cells, **row.extra}
+    figures = [ImportRow(hashlib.sha256(f"{row.key}#figure:{figure['metric']}".encode()).hexdigest(),
+                         [figure.get(name, "") for name in ALL_COLUMNS],
+                         {name: value for name, value in figure.items() if name not in COLUMN_AT})
+               for figure in figure_rows(cells, names)]
+    row.extra[FIGURES_COLUMN] = ""
+    return [row, *figures]
 
 
 def _picker(indexes: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]]:
@@ -232,7 +251,7 @@ class PerfCsv:
                 left -= 1
                 cells = list(map(str.strip, cells))
                 cells += [""] * (width + 1 - len(cells))
-                batch.append(self._row(cells, identities, seen))
+                batch += with_figure_rows(self._row(cells, identities, seen))
                 if len(batch) >= size:
                     yield batch
                     batch = []

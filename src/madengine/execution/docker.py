@@ -153,6 +153,8 @@ class DockerExecutor:
             host_config["GroupAdd"] = [str(g) for g in sorted(groups)]
         if spec.launch is not None:  # the model's own options (below) win
             host_config.update(job_host_config(spec.launch.nproc_per_node, spec.launch.nnodes))
+        if spec.host_network:  # a serving model: its endpoint is reached from this host at the port it was given
+            host_config["NetworkMode"] = "host"
         top, fields = engine_fields(extra)
         for key in ("Devices", "GroupAdd", "CapAdd", "SecurityOpt"):
             if key in fields:

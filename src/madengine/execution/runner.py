@@ -324,7 +324,8 @@ class ModelRunner:
                        artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
                        timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
                        docker_file=target.docker_file, keep_alive=self.options.keep_alive,
-                       image=facts.image.run_as if facts.image is not None else "")
+                       image=facts.image.run_as if facts.image is not None else "",
+                       results_table=model.multiple_results)
         spec.launch = plan_launch(model, self.context, gpu_ids, self.executor.workspace(spec), self.host.environ)
         spec.env = model_env(model, self.context, gpu_ids, self.run_id, self.executor.name, self.host.environ,
                              spec.launch)
@@ -426,7 +427,7 @@ class ModelRunner:
                         repeats.ran = True
                         if n >= warmup:
                             repeats.kept.append(result)
-                            if spec.model.multiple_results:
+                            if spec.results_table:
                                 table = self._table(spec, last=n == warmup + repeat - 1)
                                 if isinstance(table, str):
                                     return table
@@ -451,7 +452,9 @@ class ModelRunner:
             attributes["madengine.warmup"] = n < warmup
         else:
             phase = names.SPAN_POST_SCRIPTS if repeats.ran else names.SPAN_PRE_SCRIPTS
-        with self._phase(spec.model, phase, attributes) as span:
+        with self._phase(spec.model, phase, attributes) as span, contextlib.ExitStack() as beside:
+            for around in spec.around_model if step.is_model else ():
+                beside.enter_context(around(spec))
             result = self.executor.run_step(spec, step, spec.timeout if step.is_model else None, sink)
             span.set_attribute(names.ATTR_EXIT_CODE, result.exit_code)
         log.write(f"=== madengine step {label} ended: exit code {result.exit_code} after {result.duration:.2f} s\n")
@@ -482,15 +485,16 @@ class ModelRunner:
         return ""
 
     def _table(self, spec: RunSpec, last: bool) -> "list[dict[str, str]] | str":
-        """The rows of the ``multiple_results`` CSV one repeat wrote (its copy kept as an artifact)."""
-        model = spec.model
-        path = spec.workdir / spec.model_cwd / model.multiple_results
+        """The rows of the ``multiple_results`` CSV (``spec.results_table``) one repeat wrote (its copy
+        kept as an artifact)."""
+        table = spec.results_table
+        path = spec.workdir / spec.model_cwd / table
         if not path.is_file():
-            path = spec.workdir / model.multiple_results
-        rows = read_table(path, model.multiple_results)
+            path = spec.workdir / table
+        rows = read_table(path, table)
         if isinstance(rows, str):
             return rows
-        shutil.copy2(path, spec.artifacts_dir / Path(model.multiple_results).name)
+        shutil.copy2(path, spec.artifacts_dir / Path(table).name)
         if not last:
             path.unlink()  # the next repeat must write its own
         return rows
@@ -498,7 +502,7 @@ class ModelRunner:
     def _evaluate(self, spec: RunSpec, repeats: "Repeats", facts: RunFacts) -> list[PerfRecord]:
         # one node of several: the job's row merges its nodes' (a figure may come from node 0 alone)
         return model_records(self.records, spec.model, [result.output for result in repeats.kept], facts.values(),
-                             tables=repeats.tables, warmup=repeats.warmup,
+                             tables=repeats.tables, warmup=repeats.warmup, results_table=spec.results_table,
                              figure_optional=spec.launch is not None and spec.launch.nnodes > 1)
 
     def _collect(self, spec: RunSpec, facts: RunFacts) -> None:

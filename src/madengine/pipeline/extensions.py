@@ -30,6 +30,10 @@ def check_inputs(models: Sequence[Model], options: RunOptions, context: Context,
     for model in models:
         check_repeat(model)
     check_distributed(list(models), context, environ)
+    if any(m.extra.get("serving") is not None for m in models):
+        from madengine.serving.models_json import check_blocks
+
+        check_blocks(list(models), root)
     if any(m.data_names or m.cred or m.url for m in models):
         from madengine.data import check_run_inputs
 
@@ -58,8 +62,8 @@ def context_mounts(context: Context, executor: str) -> list[Mount]:
 
 def run_extensions(models: Sequence[Model], options: RunOptions, context: Context, root: Path, executor: str,
                    reporter: Reporter, environ: Mapping[str, str], tracer: Any = NULL_TRACER) -> list[Extension]:
-    """The extensions these models need, in the order they apply: data, credentials, ONNX, tools
-    (tools wrap whatever model step the others produced)."""
+    """The extensions these models need, in the order they apply: data, credentials, ONNX, serving,
+    tools (tools wrap whatever model step the others produced)."""
     extensions: list[Extension] = []
     mounts = context_mounts(context, executor)
     if mounts:
@@ -84,6 +88,10 @@ def run_extensions(models: Sequence[Model], options: RunOptions, context: Contex
         from madengine.bench.models_json import onnx_step
 
         extensions.append(lambda spec: spec.steps.append(onnx_step(spec, root, executor)) if spec.model.onnx else None)
+    if any(m.extra.get("serving") is not None for m in models):
+        from madengine.serving.models_json import serving_extension
+
+        extensions.append(serving_extension(root, executor, tracer, reporter.message))
     if _uses_tools(context):
         from madengine.tools import apply_tools
 

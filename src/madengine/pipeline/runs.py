@@ -41,6 +41,10 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
                          hint="use --executor docker (or auto)")
     selection = select(options.tags, request.transport.manifest_file,
                        Path(options.root) if options.root else model_root(host.environ))
+    if any(m.extra.get("serving") is not None for m in selection.models):
+        from madengine.serving.models_json import check_executor
+
+        check_executor(selection.models, selection.catalog.root, options.executor)  # before a Slurm job or a pod
     if options.executor == "slurm":
         return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))

@@ -34,6 +34,7 @@ from madengine.core.errors import InputError, ServiceError
 from madengine.results.direction import lower_is_better
 from madengine.reports.table import bulk, load_table
 from madengine.results.columns import Status
+from madengine.results.figures import with_figures
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.results.samples import SAMPLES_FILE, read_samples_file, row_samples
@@ -151,10 +152,11 @@ def _identity(fields: tuple[Any, ...]) -> ResultIdentity:
 
 
 def group_samples(rows: Iterable[Mapping[str, str]], source: str = "") -> dict[ResultIdentity, Side]:
-    """SUCCESS rows with figures, grouped by identity; a malformed ``perf_samples`` is an
+    """SUCCESS rows with figures, grouped by identity (each figure a row names in ``figures`` too:
+    :func:`~madengine.results.figures.with_figures`); a malformed ``perf_samples`` is an
     :class:`InputError` naming ``source`` and the row."""
     groups: dict[ResultIdentity, Side] = {}
-    for number, row in enumerate(rows, start=1):
+    for number, row in enumerate(with_figures(rows), start=1):
         if (row.get("status") or "").strip().upper() != Status.SUCCESS:
             continue
         try:

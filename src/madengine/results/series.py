@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.results.columns import Status
 from madengine.results.direction import lower_is_better
+from madengine.results.figures import with_figures
 from madengine.results.identity import ResultIdentity
 from madengine.results.samples import row_samples
 from madengine.stats.changepoint import ChangePoint, detect
@@ -121,9 +122,10 @@ def _figures(row: Mapping[str, str]) -> list[float]:
 
 
 def series_from_rows(rows: Iterable[Mapping[str, str]]) -> dict[ResultIdentity, list[Point]]:
-    """Per identity, its runs in time order (see the module docstring); SUCCESS rows with figures only."""
+    """Per identity, its runs in time order (see the module docstring); SUCCESS rows with figures only,
+    each figure a row names in ``figures`` a series of its own (:mod:`madengine.results.figures`)."""
     grouped: dict[ResultIdentity, list[tuple[int, Mapping[str, str]]]] = {}
-    for number, row in enumerate(rows):
+    for number, row in enumerate(with_figures(rows)):
         if (row.get("status") or "").strip().upper() == Status.SUCCESS:
             grouped.setdefault(ResultIdentity.from_row(row), []).append((number, row))
     series = {identity: numbered_points(numbered) for identity, numbered in grouped.items()}

@@ -27,7 +27,9 @@ from typing import Any, Mapping, Sequence
 
 from madengine.core.errors import MadEngineError
 from madengine.core.precision import canonical
+from madengine.core.redact import redact
 from madengine.results.columns import Status
+from madengine.results.identity import tag_configs_text
 from madengine.results.parsing import as_number, parse_multiple_results, parse_performance
 from madengine.results.record import PerfRecord, RecordFactory
 from madengine.results.samples import parse_samples, sample_columns, sample_warnings
@@ -44,7 +46,7 @@ _RANK_KEYS, _RANK_TEXT = 32, 200
 #: each rank's value in rank order when they differ), and every ``<package>_version`` key
 _RANK_COLUMNS = ("device", "threads")
 #: the columns of a ``multiple_results`` row that are not extra columns
-_TABLE_COLUMNS = ("model", "performance", "metric", "status")
+_TABLE_COLUMNS = ("model", "performance", "metric", "status", "reason", "tag_configs")
 
 
 def last_meaningful_line(output: str, limit: int = 200) -> str:
@@ -142,11 +144,12 @@ def read_table(path: Path, name: str) -> list[dict[str, str]] | str:
 
 def model_records(factory: RecordFactory, model: Any, outputs: Sequence[str], values: Mapping[str, Any], *,
                   tables: Sequence[Sequence[Mapping[str, str]]] = (), warmup: int = 0,
-                  figure_optional: bool = False) -> list[PerfRecord]:
-    """The rows of a model whose step ended well, from each kept run's output (and, for a
-    ``multiple_results`` model, each run's CSV rows). ``figure_optional``: a node of several whose
-    job row is made elsewhere (it may print no figure)."""
-    if model.multiple_results:
+                  figure_optional: bool = False, results_table: str | None = None) -> list[PerfRecord]:
+    """The rows of a model whose step ended well, from each kept run's output (and, for a model
+    with a results table — ``multiple_results``, or a serving block's — each run's CSV rows).
+    ``figure_optional``: a node of several whose job row is made elsewhere (it may print no figure).
+    ``results_table``: the table's name when it is not the model's ``multiple_results``."""
+    if results_table if results_table is not None else model.multiple_results:
         return _table_records(factory, model, outputs, tables, values, warmup)
     figures = [parse_performance(output) for output in outputs]
     missing = [i for i, figure in enumerate(figures, start=1) if figure is None]
@@ -164,15 +167,25 @@ def model_records(factory: RecordFactory, model: Any, outputs: Sequence[str], va
 def _table_records(factory: RecordFactory, model: Any, outputs: Sequence[str],
                    tables: Sequence[Sequence[Mapping[str, str]]], values: Mapping[str, Any],
                    warmup: int) -> list[PerfRecord]:
-    """One row per result name of the CSV, its samples taken from every kept run."""
+    """One row per result of the CSV (its name, and its ``tag_configs`` when it has them), its
+    samples taken from every kept run. A row may say it is FAILURE and why (``status``,
+    ``reason``: a serving model's load point that failed); one with an empty name keeps the
+    model's, told apart from the others by its tag configs (added to the model's own)."""
     records = []
-    for name, rows in _by_result_name(tables).items():
+    for (name, configs), rows in _by_result_name(tables).items():
         mine = _fresh(values)
         mine["extra"].update({k: v for k, v in rows[-1].items() if k not in _TABLE_COLUMNS})
         numbers = [as_number(row.get("performance", "")) for row in rows]
         record = factory.for_model(model, Status.SUCCESS, metric=rows[-1].get("metric", ""), **mine)
-        record.model = f"{model.name}_{name}"
-        if None in numbers or len(numbers) < len(tables):
+        record.model = f"{model.name}_{name}" if name else model.name
+        if configs:
+            record.tag_configs = tag_configs_text(list(getattr(model, "tag_configs", ())) + _config_pairs(configs))
+        failed = next((row for row in rows if (row.get("status") or "").strip().upper() == Status.FAILURE), None)
+        if failed is not None:
+            record.status, record.reason = Status.FAILURE, redact(failed.get("reason") or "the result said FAILURE")
+            if numbers[-1] is not None:
+                record.performance = numbers[-1]
+        elif None in numbers or len(numbers) < len(tables):
             record.status, record.reason = Status.FAILURE, "multiple_results row has no performance number" \
                 if None in numbers else f"multiple_results row {name!r} is missing from some repeats"
         else:
@@ -181,6 +194,11 @@ def _table_records(factory: RecordFactory, model: Any, outputs: Sequence[str],
             _describe_success(record, model, outputs[-1] if outputs else "")
         records.append(record)
     return records
+
+
+def _config_pairs(text: str) -> list[tuple[str, str]]:
+    """``concurrency=4:input_len=32`` → [("concurrency", "4"), ("input_len", "32")]."""
+    return [(key, value) for key, _, value in (item.partition("=") for item in text.split(":")) if key]
 
 
 def _fresh(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -216,12 +234,12 @@ def _describe_success(record: PerfRecord, model: Any, output: str) -> None:
     record.add_warnings(sample_warnings(samples) + notes)
 
 
-def _by_result_name(tables: Sequence[Sequence[Mapping[str, str]]]) -> dict[str, list[Mapping[str, str]]]:
-    """The rows of every run's CSV grouped by result name, in first-seen order."""
-    grouped: dict[str, list[Mapping[str, str]]] = {}
+def _by_result_name(tables: Sequence[Sequence[Mapping[str, str]]]) -> dict[tuple[str, str], list[Mapping[str, str]]]:
+    """The rows of every run's CSV grouped by result name and tag configs, in first-seen order."""
+    grouped: dict[tuple[str, str], list[Mapping[str, str]]] = {}
     for table in tables:
         for row in table:
-            grouped.setdefault(row.get("model", ""), []).append(row)
+            grouped.setdefault((row.get("model", ""), row.get("tag_configs", "") or ""), []).append(row)
     return grouped
 
 

@@ -12,6 +12,7 @@ SPAN_RUN = "madengine.run"  #: ``madengine run``: context detection and every mo
 SPAN_BUILD_COMMAND = "madengine.build"  #: ``madengine build``
 SPAN_BENCH = "madengine.bench"  #: ``madengine bench``
 SPAN_SCORECARD = "madengine.scorecard"  #: ``madengine scorecard`` (bench's comparison across backends)
+SPAN_SERVE_BENCH = "madengine.serve_bench"  #: ``madengine serve-bench``
 
 # --- one model ----------------------------------------------------------------------------------
 SPAN_MODEL = "model"  #: one model (with its tag configs) in a run; the phases below are its children
@@ -54,6 +55,12 @@ SPAN_ONNX_BUILD = "onnx_build"  #: bench SCRIPT.py: one model's export and optim
 BENCH_PHASES = (SPAN_SESSION_CREATE, SPAN_PREPARE, SPAN_FIRST_INFERENCE, SPAN_WARMUP, SPAN_INFERENCE, SPAN_PROFILE,
                 SPAN_CHECK)
 #: ORT node kernels keep their op type as the span name (``MatMul``, ``Conv``), category ``ort``
+
+# --- a serving benchmark (serve-bench, or beside a serving model's model step) ---------------------
+SPAN_SERVING_READY = "serving.ready"  #: the wait for the endpoint's /health or /v1/models
+SPAN_SERVING_LOAD_POINT = "serving.load_point"  #: one load point (madengine.serving.load_point)
+SPAN_SERVING_REQUEST = "serving.request"  #: one streamed request, with its real times (category serving)
+ATTR_LOAD_POINT = "madengine.serving.load_point"  #: ``concurrency=4``, ``rate=2.5``
 
 # --- attributes -------------------------------------------------------------------------------
 ATTR_RUN_ID = "madengine.run_id"

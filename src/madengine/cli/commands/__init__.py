@@ -13,6 +13,7 @@ SUMMARIES = {
     "database": "store results in SQLite (default), MySQL or MongoDB",
     "bench": "benchmark ONNX models (or the PyTorch models of a script) and record them in perf.csv",
     "scorecard": "ONNX models on several backends: outputs checked, timings side by side",
+    "serve-bench": "load an OpenAI-compatible server: TTFT, TPOT, ITL, E2E and throughput, one row per load point",
     "cache": "list, inspect, delete and report cached builds",
     "k8s": "Kubernetes objects without a cluster: render jobs as YAML, print the RBAC a namespace needs",
     "clean": "remove the containers and processes that ended runs left behind (after a SIGKILL)",
