@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from madengine.catalog import Model
 from madengine.context import Context
@@ -29,10 +29,12 @@ _FILE_LIMIT = 1 << 20
 _HOST_ONLY_KEYS = ("tools", "pre_scripts", "post_scripts", "docker_mounts")
 
 
-def k8s_context(context_file: str | None, context_string: str | None) -> Context:
+def k8s_context(context_file: str | None, context_string: str | None, catalog_keys: Collection[str] = ()) -> Context:
     """The context of a cluster run: the user's only (this host's GPUs say nothing about the
-    cluster's); ``gpu_vendor`` follows ``k8s.gpu_resource_name`` when the context leaves it out."""
-    context = build_context(context_file=context_file, context_string=context_string, detect=False)
+    cluster's); ``gpu_vendor`` follows ``k8s.gpu_resource_name`` when the context leaves it out.
+    ``catalog_keys``: the keys the catalog's Dockerfile headers name."""
+    context = build_context(context_file=context_file, context_string=context_string, detect=False,
+                            catalog_keys=catalog_keys)
     values = context.values
     resource = block_of(values).get("gpu_resource_name")
     if "gpu_vendor" not in values or values.get("gpu_vendor") == "CPU":

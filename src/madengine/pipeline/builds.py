@@ -11,6 +11,7 @@ from pathlib import Path
 
 from madengine.catalog import model_root
 from madengine.context import build_context
+from madengine.context.dockerfiles import HeaderKeys
 from madengine.core.errors import MadEngineError
 from madengine.core.events import Reporter
 from madengine.core.host import Host
@@ -29,7 +30,8 @@ def build(request: BuildRequest, host: Host, reporter: Reporter | None = None) -
     if options.registry:
         options = dataclasses.replace(options, registry=transport.check_registry(options.registry))
     selection = select(request.tags, root=model_root(host.environ))
-    context = build_context(context_file=request.context_file, context_string=request.context_string)
+    context = build_context(context_file=request.context_file, context_string=request.context_string,
+                            catalog_keys=HeaderKeys.of(selection.catalog, selection.models))
     for warning in context.warnings():
         reporter.message(f"madengine: warning: {warning}")
     client = connect_docker(host.environ, "start dockerd (scripts/docker-up.sh); 'madengine build' builds images, "

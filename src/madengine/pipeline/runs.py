@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator
 
 from madengine.catalog import model_root
 from madengine.context import Context, build_context
+from madengine.context.dockerfiles import HeaderKeys
 from madengine.core.errors import InputError, MadEngineError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
 from madengine.core.host import Host
@@ -71,7 +72,8 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
          summary: RunSummary, recorder: LiveRecorder | None = None) -> None:
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
-        context = build_context(context_file=options.context_file, context_string=options.context_string)
+        context = build_context(context_file=options.context_file, context_string=options.context_string,
+                                catalog_keys=HeaderKeys.of(selection.catalog, selection.models))
     for warning in context.warnings():
         reporter.message(f"madengine: warning: {warning}")
     check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
