@@ -364,6 +364,30 @@ def test_clean_removes_only_containers_whose_owner_is_gone_on_this_host(tmp_path
     assert "container(s) removed" in cleaned.stderr.strip().splitlines()[-1]  # with any other ended run's
 
 
+# -- Ctrl-C while a data provider fetches ---------------------------------------------------------
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_while_a_data_provider_fetches_ends_the_run_and_its_fetch(tmp_path, signum, code):
+    """A custom data provider's script is still fetching when the user presses Ctrl-C (or CI
+    cancels): the run ends at once with the model's row, and the script's processes end with it."""
+    repo = make_repo(tmp_path / "repo", [{"name": "fault_data", "scripts": "scripts/fast.sh", "data": "slow"}],
+                     {**SCRIPTS, "fetch.sh": f"touch {tmp_path / 'fetching'}\nsleep 300\n"})
+    (repo / "data.json").write_text(json.dumps({"slow": {"custom": {"path": "scripts/fetch.sh"}}}))
+    run = Run(repo, "--tags", "fault_data", "--executor", "local", "--no-html")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "fetching").exists():
+        assert run.proc.poll() is None and time.monotonic() < deadline, "".join(run.lines)
+        time.sleep(0.1)
+    fetchers = [p for p in psutil.process_iter(["cmdline"]) if "scripts/fetch.sh" in " ".join(p.info["cmdline"] or [])]
+    assert fetchers
+    run.proc.send_signal(signum)
+    assert run.finish(timeout=30) == code, "".join(run.lines)
+    row = rows(repo)["fault_data"]
+    assert row["status"] == "FAILURE" and row["reason"].startswith("interrupted"), row
+    gone, alive = psutil.wait_procs(fetchers, timeout=10)
+    assert not alive, alive
+
+
 # -- a child keeps the output open after the model's main process ended ---------------------------
 
 @pytest.mark.parametrize("executor", ["local", "docker"])
