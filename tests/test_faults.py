@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import BASE_IMAGE, require_service, run_process, terminal_signals
-from socket_proxy import ProxyProcess, SocketProxy
+from socket_proxy import ProxyProcess, SocatProxy, SocketProxy
 from madengine.core.owner import OWNER_LABEL, Owner, gone, process_owner, this_process
 from madengine.results import read_rows
 
@@ -234,6 +234,50 @@ def test_frozen_engine_fails_the_model_within_its_timeout_and_a_bounded_grace(tm
     assert len(left) == 1 and f"container_ci-{SLEEPER}" in left[0] and "madengine clean" in left[0], run.lines
     cleaned = run_process("clean", cwd=repo)
     assert cleaned.returncode == 0 and f"removed container container_ci-{SLEEPER}" in cleaned.stderr, cleaned.stderr
+    assert not containers_of(own_docker, run.run_id)
+
+
+#: a model that keeps writing after its 15 s timeout and ends by itself at 20 s
+TICKER = "echo started; for i in $(seq 100); do echo tick $i; sleep 0.2; done; echo 'performance: 1 x'\n"
+
+
+@pytest.mark.parametrize("freeze,mode", [("whole proxy", "one-shot"), ("listener", "one-shot"), ("listener", "exec")])
+def test_a_frozen_engine_ends_the_run_within_the_timeout_and_the_documented_bounds(tmp_path, own_docker, freeze,
+                                                                                 mode):
+    """Issue 34: a real socat proxy in front of the engine, frozen whole (SIGSTOP of every socat
+    process) or only its listener (the forked child that carries the container's output keeps it
+    flowing; every new call hangs). --timeout 15: the FAILURE comes within 15 + 15 s of the model's
+    start, the run ends at most 20 s later (docs/reliability.md). Before: with the listener stopped
+    the FAILURE came 51.5 s after the start (the container check after the stream waited its own
+    30 s), the run ended at 70 s."""
+    repo = make_repo(tmp_path / "repo", [{"name": SLEEPER, "scripts": "scripts/ticker.sh"},
+                                         {"name": AFTER, "scripts": "scripts/fast.sh"}],
+                     {**SCRIPTS, "ticker.sh": TICKER})
+    assert run_process("build", "--tags", SLEEPER, cwd=repo).returncode == 0  # no build through the proxy
+    proxy = SocatProxy("/var/run/docker.sock", tmp_path / "engine.sock")
+    try:
+        run = Run(repo, "--tags", SLEEPER, AFTER, "--executor", "docker", "--timeout", "15", "--no-html",
+                  *(["--repeat", "2"] if mode == "exec" else []),
+                  env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
+        run.wait_for("] started")
+        started = time.monotonic()
+        proxy.freeze_all() if freeze == "whole proxy" else proxy.freeze_listener()
+        _wait_for_row(repo / "perf.csv", SLEEPER, 90)
+        failed = time.monotonic() - started
+        code = run.finish(timeout=90)
+        ended = time.monotonic() - started
+    finally:
+        proxy.stop()
+    print(f"{freeze}, {mode}: the FAILURE {failed:.1f} s after the model started, the run's end {ended:.1f} s")
+    assert code == 1, "".join(run.lines)
+    slack = 5  # this host's load: the row is written and seen, the process ends
+    assert failed <= 15 + 15 + slack, (failed, "".join(run.lines))
+    assert ended - failed <= 20 + slack, (failed, ended, "".join(run.lines))
+    got = rows(repo)
+    assert got[SLEEPER]["reason"].startswith("docker engine not responding: "), got[SLEEPER]
+    assert got[AFTER]["reason"].startswith("docker engine not responding") and "not run" in got[AFTER]["reason"]
+    cleaned = run_process("clean", cwd=repo)
+    assert cleaned.returncode == 0, cleaned.stderr
     assert not containers_of(own_docker, run.run_id)
 
 
