@@ -160,7 +160,7 @@ def test_engine_gone_mid_run_fails_in_flight_and_remaining_models_and_cleans_up_
     run.wait_for("] started")
     run_id = run.run_id
     proxy.stop()
-    time.sleep(3)
+    _wait_for_row(repo / "perf.csv", "fault_sleeper", 60)  # madengine saw the engine go
     proxy.start()  # the engine answers again: the container left running must now be removed
     assert run.finish() == 1, "".join(run.lines)
     got = rows(repo)
