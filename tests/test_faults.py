@@ -311,12 +311,13 @@ def _state(client, name: str) -> str:
     return found[0].status if found else "gone"
 
 
-@pytest.mark.parametrize("mode", ["exec", "one-shot"])
-def test_sigkill_of_madengine_leaves_no_container_running(tmp_path, own_docker, mode):
+@pytest.mark.parametrize("mode,after", [("exec", "docker"), ("one-shot", "docker"), ("one-shot", "local")])
+def test_sigkill_of_madengine_leaves_no_container_running(tmp_path, own_docker, mode, after):
     """A real SIGKILL of a real `madengine run` while its model runs. A container whose steps are
     execs ends at once by itself (its main process reads the input madengine held open); a
-    one-shot container (the model is its main process) is killed by the next run. The next run
-    removes both and says so."""
+    one-shot container (the model is its main process) is killed by the next run, of any executor
+    (before issue 34, a local run left it running and said nothing). The next run removes both and
+    says so."""
     repo = own_models(tmp_path / "repo")
     run = Run(repo, "--tags", SLEEPER, "--executor", "docker", "--timeout", "0",
               *(["--repeat", "2"] if mode == "exec" else []))
@@ -333,11 +334,33 @@ def test_sigkill_of_madengine_leaves_no_container_running(tmp_path, own_docker, 
         assert _state(own_docker, name) == "exited"
     else:
         assert _state(own_docker, name) == "running"  # until the next run
-    after = run_process("run", "--tags", FAST, "--executor", "docker", "--no-html", cwd=repo, timeout=300)
-    assert after.returncode == 0, after.stderr
+    done = run_process("run", "--tags", FAST, "--executor", after, "--no-html", cwd=repo, timeout=300)
+    assert done.returncode == 0, done.stderr
     assert f"removed container {name} of run {run.run_id} (its madengine process {run.proc.pid} is gone)" \
-        in after.stderr, after.stderr
+        in done.stderr, done.stderr
     assert _state(own_docker, name) == "gone"
+
+
+@pytest.mark.parametrize("engine", ["none", "frozen"])
+def test_a_local_run_without_an_answering_engine_reaps_processes_silently_and_quickly(tmp_path, engine):
+    """No engine at DOCKER_HOST, or one that hangs (a socat proxy, SIGSTOPped): a local run does
+    not wait on it (a ping of at most 2 s) and says nothing about containers."""
+    repo = own_models(tmp_path / "repo")
+    socket_path = tmp_path / "engine.sock"
+    proxy = SocatProxy("/var/run/docker.sock", socket_path) if engine == "frozen" else None
+    try:
+        if proxy is not None:
+            proxy.freeze_all()
+        started = time.monotonic()
+        done = run_process("run", "--tags", FAST, "--executor", "local", "--no-html", cwd=repo, timeout=120,
+                           env={"DOCKER_HOST": f"unix://{socket_path}"})
+        took = time.monotonic() - started
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    assert done.returncode == 0, done.stderr
+    assert "container" not in done.stderr.lower(), done.stderr
+    assert took < 2 + 15, took  # the ping's 2 s, and a local run of one model on a loaded host
 
 
 def test_sigkill_of_a_local_run_leaves_processes_that_clean_stops(tmp_path):

@@ -21,7 +21,7 @@ from madengine.core.ids import machine_name, new_run_id
 from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
 from madengine.execution.plan import check_ports
-from madengine.pipeline.clean import remove_leftovers
+from madengine.pipeline.clean import reap
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
@@ -43,6 +43,8 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     selection = select(options.tags, request.transport.manifest_file,
                        Path(options.root) if options.root else model_root(host.environ))
     if options.executor == "slurm":
+        if not request.slurm.dry_run:
+            reap(None, host.environ, reporter)
         return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))
     db_url = recorder_url(options.db_url, host.environ)
@@ -50,6 +52,7 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     if options.executor == "k8s":
         from madengine.pipeline.kubernetes import run_on_k8s
 
+        reap(None, host.environ, reporter)
         return run_on_k8s(request, host, reporter, selection, _record, recorder)
     run_id = new_run_id()
     run_dir = Path(options.runs_dir) / run_id
@@ -86,7 +89,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
         _close(executor, summary, reporter)
         raise
     # what runs whose madengine process is gone left (a SIGKILL): removed now, and said
-    cleaned = remove_leftovers(getattr(executor, "client", None), reporter)
+    cleaned = reap(getattr(executor, "client", None), host.environ, reporter)
     if cleaned.leftovers:
         summary.details["leftovers"] = [leftover.to_json() for leftover in cleaned.leftovers]
     records = RecordFactory(Provenance.of(run_id=summary.run_id, executor=executor.name,
