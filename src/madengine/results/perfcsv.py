@@ -112,8 +112,17 @@ def read_header(path: Path) -> list[str]:
     if not check_input(path, missing=None):
         return []
     with csv_input_errors(path), open_input(path, text=True) as handle:
-        first = handle.readline(HEADER_LIMIT)
+        first = _header_line(handle, path)
         return _parse_header_line(first) if first.strip() else []
+
+
+def _header_line(handle: TextIO, path: Path) -> str:
+    """The first line of a CSV, read no further than :data:`HEADER_LIMIT` characters."""
+    first = handle.readline(HEADER_LIMIT)
+    if len(first) >= HEADER_LIMIT and not first.endswith("\n"):
+        raise InputError(f"the first line is longer than {HEADER_LIMIT >> 20} MiB: not a CSV header", path=str(path),
+                         hint="name a perf.csv")
+    return first
 
 
 def read_rows(path: Path, *, require: Sequence[str] = (), hint: str | None = None) -> list[dict[str, str]]:
@@ -180,7 +189,7 @@ def append_rows(path: Path, rows: Iterable[dict[str, str]]) -> Path:
     rows = list(rows)
     with csv_input_errors(path), locked(path) as handle:  # a folder or a non-UTF-8 file: one-line error
         handle.seek(0)
-        first = handle.readline()
+        first = _header_line(handle, path)
         header = _parse_header_line(first) if first.strip() else []
         text = ""
         if not header:
