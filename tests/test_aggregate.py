@@ -232,7 +232,8 @@ def test_a_killed_rank_comes_before_a_node_slurm_killed_before_it_recorded(order
     and stopped node 2. Whatever the order the nodes ended (or are read) in, the killed rank leads."""
     killed = "rank 1 (node 1, local rank 0) was killed by SIGKILL"
     stopped = "interrupted by SIGTERM during model"
-    given_rows = {1: [_node_row(1, status="FAILURE", reason=killed)], 2: [_node_row(2, status="FAILURE", reason=stopped)]}
+    given_rows = {1: [_node_row(1, status="FAILURE", reason=killed)],
+                  2: [_node_row(2, status="FAILURE", reason=stopped)]}
     [row] = job_rows({node: given_rows[node] for node in order}, JobShape("torchrun", 3, 1))
     assert row["reason"] == f"{killed} (also node 0: wrote no result row (see the job's log); node 2: {stopped})"
 

@@ -92,8 +92,8 @@ def test_no_dockerfile_left_is_an_error_naming_the_model(tmp_path):
         select_dockerfiles(tmp_path, "mine", "nothing", {})
 
 
-@pytest.mark.parametrize("header", ["{'gpu_vendor': ", "['a', 'b']", "{'a': __import__('os').getpid()}", "gpu_vendor=AMD",
-                                    "{1: 'x'}", "'{' * 200", "[" * 5000])
+@pytest.mark.parametrize("header", ["{'gpu_vendor': ", "['a', 'b']", "{'a': __import__('os').getpid()}",
+                                    "gpu_vendor=AMD", "{1: 'x'}", "'{' * 200", "[" * 5000])
 def test_a_header_that_is_not_a_dict_literal_names_the_dockerfile_and_line(tmp_path, header):
     path = tmp_path / "d.x.Dockerfile"
     path.write_text(f"# syntax=docker/dockerfile:1\n# CONTEXT {header}\nFROM x\n")
@@ -270,7 +270,8 @@ def test_a_run_with_a_key_of_its_catalog_selects_by_it(tmp_path, monkeypatch, cl
     assert row["status"] == "SUCCESS"
     if executor == "docker":
         assert row["docker_file"] == "docker/variant.b.Dockerfile", row
-        assert "variant b" in (repo / "madengine_runs" / row["run_id"] / "ci-ctxvariant_variant.b" / "run.log").read_text()
+        log = repo / "madengine_runs" / row["run_id"] / "ci-ctxvariant_variant.b" / "run.log"
+        assert "variant b" in log.read_text()
     wrong = cli("run", "--tags", "variant", "--executor", executor, "--additional-context", "{'varient': 'b'}")
     assert wrong.code == 2 and "varient: unknown context key (did you mean variant?" in wrong.stderr, wrong
 

@@ -205,7 +205,8 @@ MODELS = [
      "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchjob"]},
     {"name": "sl_torch_hang", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 4 --hang-rank 1",
      "n_gpus": "0", "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchhang"]},
-    {"name": "sl_torch_kill", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 6 --kill-rank 1 --deaf-rank 0",
+    {"name": "sl_torch_kill", "dockerfile": "docker/none", "scripts": "scripts/ddp",
+     "args": "--steps 6 --kill-rank 1 --deaf-rank 0",
      "n_gpus": "0", "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchkill"]},
 ]
 SCRIPTS = {

@@ -124,6 +124,9 @@ class HeaderKeys:
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self.all()))
 
+    def __len__(self) -> int:
+        return len(self.all())
+
     def all(self) -> frozenset[str]:
         if self._all is None:
             keys = set(self._selected)

@@ -2,7 +2,8 @@
 
 Every top-level key of a context must be in :data:`KEYS`, or be named by a ``# CONTEXT`` header of
 one of the catalog's Dockerfiles (a catalog's own keys, e.g. ``variant``; any value), or it is an
-error naming the nearest known key; a key of the table must hold a value of the key's type. Three kinds of entry:
+error naming the nearest known key; a key of the table must hold a value of the key's type. Three
+kinds of entry:
 
 * keys madengine reads (``effect=True``);
 * blocks owned by a part of madengine (``slurm``, ``distributed``, ``k8s``/``kubernetes``): here only
