@@ -281,6 +281,27 @@ def test_a_frozen_engine_ends_the_run_within_the_timeout_and_the_documented_boun
     assert not containers_of(own_docker, run.run_id)
 
 
+def test_an_engine_that_hangs_while_the_image_builds_fails_the_model_not_madengine(tmp_path, own_docker):
+    """The engine's API stops answering (socat's listener stopped) while the model's image builds:
+    the build's own stream ends, the next call waits for no answer. The model is a FAILURE "docker
+    engine not responding ... during the image build", exit 1 (before: EngineTimeout escaped, exit 3)."""
+    repo = make_repo(tmp_path / "repo", [{"name": FAST, "scripts": "scripts/fast.sh"}], SCRIPTS)
+    with open(repo / "docker" / "fault.Dockerfile", "a") as dockerfile:  # built now, not found up to date
+        dockerfile.write(f"RUN echo {uuid.uuid4().hex} > /built && sleep 3\n")
+    proxy = SocatProxy("/var/run/docker.sock", tmp_path / "engine.sock")
+    try:
+        run = Run(repo, "--tags", FAST, "--executor", "docker", "--no-html",
+                  env={"DOCKER_HOST": f"unix://{tmp_path / 'engine.sock'}"})
+        run.wait_for(f"madengine: image ci-{FAST}")
+        proxy.freeze_listener()
+        code = run.finish(timeout=120)
+    finally:
+        proxy.stop()
+    assert code == 1 and "Traceback" not in "".join(run.lines), "".join(run.lines)
+    reason = rows(repo)[FAST]["reason"]
+    assert reason.startswith("docker engine not responding") and "during the image build" in reason, reason
+
+
 def test_sigterm_with_a_frozen_engine_ends_the_run_within_a_bounded_clean_up(tmp_path, own_docker):
     """A CI cancel (SIGTERM) while the engine hangs: the kill gets 10 s, the clean-up 20 s more, and
     the run ends 143 with its row; it never waits out each call's own timeout."""

@@ -94,7 +94,8 @@ class DockerExecutor:
         return self.images.targets(model)
 
     def obtain_image(self, target: Target) -> ImageInfo:
-        return self.images.obtain(target)
+        with self._calls():  # an engine that hangs or goes while the image is built fails the model
+            return self.images.obtain(target)
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
@@ -345,16 +346,13 @@ class DockerExecutor:
     def _calls(self, step_timeout: int | None = None, timed_out: threading.Event | None = None) -> Iterator[None]:
         """Engine calls whose failure to reach the engine means it went away (or hangs) during the
         run: :class:`EngineUnavailable` / :class:`EngineNotResponding`, and the clean-up after them
-        does not wait on the engine call by call. After the step's timeout (``timed_out`` set), a
-        call the engine does not answer means it did not end the container."""
+        does not wait on the engine call by call (:func:`engine_calls`)."""
         try:
-            yield
-        except Exception as exc:
-            if not is_engine_gone(exc):
-                raise
-            if timed_out is not None and timed_out.is_set() and is_timeout(exc):
-                exc = EngineTimeout("the end of the step")
-            raise self._lose(exc, step_timeout) from None
+            with engine_calls(step_timeout, timed_out):
+                yield
+        except EngineUnavailable:
+            self._lost = True
+            raise
 
     def _lose(self, exc: BaseException, step_timeout: int | None) -> EngineUnavailable:
         self._lost = True
@@ -471,6 +469,22 @@ class _Container:
             self.watch = None
 
 
+@contextlib.contextmanager
+def engine_calls(step_timeout: int | None = None, timed_out: threading.Event | None = None) -> Iterator[None]:
+    """Engine calls whose failure to reach the engine (refused, cut, no answer in time) means it went
+    away or hangs: :class:`EngineUnavailable` / :class:`EngineNotResponding` (:func:`unavailable`).
+    After a step's timeout (``timed_out`` set), a call the engine does not answer means it did not
+    end the container."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_engine_gone(exc):
+            raise
+        if timed_out is not None and timed_out.is_set() and is_timeout(exc):
+            exc = EngineTimeout("the end of the step")
+        raise unavailable(exc, step_timeout) from None
+
+
 def _watched(spec: RunSpec) -> bool:
     """Whether the container's main process idles until this process is gone: all but a one-shot
     container (the model is its main process) and those ``--keep-alive`` keeps."""
@@ -580,11 +594,17 @@ def describe(exc: BaseException) -> str:
 
 
 def is_timeout(exc: BaseException) -> bool:
-    """An engine that took the call but did not answer in time (this client's or the SDK's)."""
-    if isinstance(exc, TimeoutError):
-        return True
+    """An engine that took the call but did not answer in time (this client's or the SDK's, also
+    when the SDK wraps the timeout in an error of its own: its version check at connection)."""
     requests_errors = sys.modules.get("requests.exceptions")
-    return requests_errors is not None and isinstance(exc, requests_errors.Timeout)
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, not a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or requests_errors is not None and isinstance(seen, requests_errors.Timeout):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def unavailable(exc: BaseException, step_timeout: int | None = None) -> EngineUnavailable:
