@@ -448,3 +448,17 @@ def test_a_path_that_is_no_regular_file_is_one_line_exit_2(small_repo, case_id, 
     assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
     expected = "is a folder" if kind == "folder" else "not a regular file"
     assert name in lines[0] and expected in lines[0], lines[0]
+
+
+def test_a_configuration_file_over_64_mib_is_refused_unread(small_repo):
+    """A context file of 65 MiB (sparse: no disk taken) is one line, exit 2, read no further than
+    the limit."""
+    import os
+
+    with open(small_repo / "ctx.json", "wb") as handle:
+        os.truncate(handle.fileno(), 65 << 20)
+    done = run_cli(*RUN, "--additional-context-file", "ctx.json")
+    assert done.code == 2, done
+    assert done.stderr.strip().splitlines() == [
+        "madengine: error: ctx.json: larger than 64 MiB, more than a file of this kind may hold "
+        "(check that the path names the file meant)"], done
