@@ -124,3 +124,56 @@ if __name__ == "__main__":  # python socket_proxy.py TARGET_SOCKET LISTEN_SOCKET
     SocketProxy(sys.argv[1], listen=Path(sys.argv[2])).start()
     print("ready", flush=True)
     threading.Event().wait()
+
+
+class SocatProxy:
+    """``socat`` forwarding a unix socket to the Docker engine's, one forked child per connection:
+    the proxy of the field. Two ways to freeze it: :meth:`freeze_all` stops every socat process (no
+    call is answered, no stream flows), :meth:`freeze_listener` stops only the listener, so new calls
+    are never answered while the streams already open (a container's output) keep flowing."""
+
+    def __init__(self, target: str, listen: Path) -> None:
+        import shutil
+        import subprocess
+        import time
+
+        assert shutil.which("socat"), "socat is not installed (apt-get install socat)"
+        self.path = listen
+        self.proc = subprocess.Popen(["socat", f"UNIX-LISTEN:{listen},fork,unlink-early,backlog=64",
+                                      f"UNIX-CONNECT:{target}"], stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not listen.exists():
+            assert self.proc.poll() is None and time.monotonic() < deadline, "socat did not start listening"
+            time.sleep(0.02)
+
+    def _children(self) -> list:
+        import psutil
+
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def freeze_listener(self) -> None:
+        import os
+        import signal
+
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def freeze_all(self) -> None:
+        import os
+        import signal
+
+        os.kill(self.proc.pid, signal.SIGSTOP)  # first: it forks no child after this
+        for child in self._children():
+            child.send_signal(signal.SIGSTOP)
+
+    def stop(self) -> None:
+        """Every socat process killed (stopped or not): what it held is never sent on."""
+        import signal
+
+        for child in self._children():
+            child.send_signal(signal.SIGKILL)
+        self.proc.kill()
+        self.proc.wait()
+        self.path.unlink(missing_ok=True)

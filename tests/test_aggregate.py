@@ -7,6 +7,7 @@ figure, and reading a log from its end finds what parsing the whole text finds.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -223,6 +224,18 @@ def test_a_node_without_a_row_fails_the_job_and_comes_before_those_it_stopped():
     [row] = job_rows({1: [_node_row(1, status="FAILURE", reason="interrupted by SIGTERM during model")]}, TWO)
     assert row["reason"] == ("node 0: wrote no result row (see the job's log) "
                              "(also node 1: interrupted by SIGTERM during model)")
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations((1, 2))))
+def test_a_killed_rank_comes_before_a_node_slurm_killed_before_it_recorded(order):
+    """Issue 34: node 1's rank was killed; srun then killed node 0's madengine before it wrote its row
+    and stopped node 2. Whatever the order the nodes ended (or are read) in, the killed rank leads."""
+    killed = "rank 1 (node 1, local rank 0) was killed by SIGKILL"
+    stopped = "interrupted by SIGTERM during model"
+    given_rows = {1: [_node_row(1, status="FAILURE", reason=killed)],
+                  2: [_node_row(2, status="FAILURE", reason=stopped)]}
+    [row] = job_rows({node: given_rows[node] for node in order}, JobShape("torchrun", 3, 1))
+    assert row["reason"] == f"{killed} (also node 0: wrote no result row (see the job's log); node 2: {stopped})"
 
 
 def test_each_result_of_multiple_results_is_merged_on_its_own():

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from madengine.context import build_context, deep_merge, parse_context_string, select_dockerfiles
-from madengine.context.dockerfiles import matches, read_context_header
+from madengine.context.dockerfiles import HeaderKeys, matches, read_context_header
 from madengine.core.errors import ConfigError, ContextError, ExecutionError, InputError
+from madengine.results import read_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "repo"
 
@@ -88,11 +92,60 @@ def test_no_dockerfile_left_is_an_error_naming_the_model(tmp_path):
         select_dockerfiles(tmp_path, "mine", "nothing", {})
 
 
-def test_malformed_context_header(tmp_path):
+@pytest.mark.parametrize("header", ["{'gpu_vendor': ", "['a', 'b']", "{'a': __import__('os').getpid()}",
+                                    "gpu_vendor=AMD", "{1: 'x'}", "'{' * 200", "[" * 5000])
+def test_a_header_that_is_not_a_dict_literal_names_the_dockerfile_and_line(tmp_path, header):
     path = tmp_path / "d.x.Dockerfile"
-    path.write_text("# CONTEXT {'gpu_vendor': \nFROM x\n")
-    with pytest.raises(ConfigError, match="malformed '# CONTEXT' header"):
+    path.write_text(f"# syntax=docker/dockerfile:1\n# CONTEXT {header}\nFROM x\n")
+    with pytest.raises(ConfigError) as info:
         read_context_header(path)
+    assert (info.value.path, info.value.field) == (str(path), "line 2")
+    assert "'# CONTEXT' header" in str(info.value) and "\n" not in str(info.value)
+
+
+# -- a catalog's own keys: those its Dockerfile headers name ----------------------------------------
+def test_a_key_a_header_of_the_catalog_names_is_a_context_key(tmp_path):
+    (tmp_path / "v.a.Dockerfile").write_text("# CONTEXT {'variant': 'a'}\nFROM x\n")
+    (tmp_path / "v.b.Dockerfile").write_text("# CONTEXT {\"variant\": \"b\", \"flavour\": 1}\nFROM x\n")
+    (tmp_path / "other.x.Dockerfile").write_text("# CONTEXT {'colour': 'red'}\nFROM x\n")
+    (tmp_path / "broken.x.Dockerfile").write_text("# CONTEXT {'broken'\nFROM x\n")  # not selected: skipped
+    keys = HeaderKeys(tmp_path, selected=["v"], catalog=["v", "other", "broken"])
+    ctx = build_context(context_string="{'variant': 'b', 'flavour': 1, 'colour': 'red'}", detect=False,
+                        catalog_keys=keys)
+    assert ctx.get("variant") == "b" and not ctx.warnings()
+    assert [d.path.name for d in select_dockerfiles(tmp_path, "m", "v", ctx.values)] == ["v.b.Dockerfile"]
+    with pytest.raises(ContextError) as info:
+        build_context(context_string="{'varient': 'b'}", detect=False, catalog_keys=keys)
+    assert info.value.field == "varient" and "did you mean variant?" in str(info.value)
+    with pytest.raises(ContextError, match="unknown context key"):  # another catalog does not know it
+        build_context(context_string="{'variant': 'b'}", detect=False)
+
+
+def test_a_malformed_header_of_a_selected_model_is_bad_input_before_anything_runs(tmp_path):
+    (tmp_path / "v.a.Dockerfile").write_text("FROM x\n# CONTEXT ('variant', 'a')\n")
+    with pytest.raises(ConfigError, match=r"v.a.Dockerfile: line 2: '# CONTEXT' header is not a dict literal"):
+        HeaderKeys(tmp_path, selected=["v"])
+
+
+def test_ctx_test_is_no_special_key_but_the_fixture_catalogs_own():
+    with pytest.raises(ContextError, match="ctx_test: unknown context key"):
+        build_context(context_string="{'ctx_test': '1'}", detect=False)
+    keys = HeaderKeys(FIXTURE, selected=["docker/ctxtest"])
+    assert build_context(context_string="{'ctx_test': '1'}", detect=False, catalog_keys=keys).get("ctx_test") == "1"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_any_header_text_is_a_dict_or_one_line_naming_the_dockerfile(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("h") / "d.x.Dockerfile"
+    path.write_text("# CONTEXT " + text.replace("\n", " ").replace("\r", " ") + "\nFROM x\n", encoding="utf-8",
+                    errors="replace")
+    try:
+        header = read_context_header(path)
+    except ConfigError as exc:
+        assert exc.path == str(path) and exc.field == "line 1" and "\n" not in str(exc)
+    else:
+        assert isinstance(header, dict) and all(isinstance(key, str) for key in header)
 
 
 # -- known keys, free-form values, keys of the original madengine --------------------------------------
@@ -119,7 +172,7 @@ def test_an_unknown_key_in_a_context_file_names_the_file(tmp_path):
 
 #: every top-level key the original madengine's context accepted (madengine-facts §4.2 and §11)
 ORIGINAL_KEYS = {
-    "gpu_vendor": "AMD", "guest_os": "UBUNTU", "host_os": "HOST_UBUNTU", "ctx_test": "1", "numa_balancing": False,
+    "gpu_vendor": "AMD", "guest_os": "UBUNTU", "host_os": "HOST_UBUNTU", "numa_balancing": False,
     "docker_gpus": "0-3", "gpu_renderDs": [128], "docker_cpus": "0-7", "docker_env_vars": {"A": "1"},
     "docker_build_arg": {"B": "2"}, "docker_mounts": {"/c": "/h"}, "MAD_CONTAINER_IMAGE": "img:1",
     "model_args": "--x 1", "pre_scripts": [], "post_scripts": [], "encapsulate_script": "x", "tools": [],
@@ -140,7 +193,7 @@ def test_every_key_the_original_madengine_accepted_stays_accepted():
     warned = {line.split("'")[1] for line in ctx.warnings()}
     # the keys that change nothing here say so; the ones madengine reads do not
     assert {"docker_cpus", "MAD_CONTAINER_IMAGE", "timeout", "SHM_SIZE"} <= warned
-    assert not warned & {"gpu_vendor", "docker_gpus", "docker_env_vars", "n_gpus", "slurm", "data", "ctx_test", "k8s",
+    assert not warned & {"gpu_vendor", "docker_gpus", "docker_env_vars", "n_gpus", "slurm", "data", "k8s",
                          "kubernetes"}
 
 
@@ -182,3 +235,52 @@ def test_a_bad_docker_gpus_is_refused_naming_it(value):
     with pytest.raises(ContextError) as info:
         build_context(context_string=repr({"gpu_vendor": "AMD", "docker_gpus": value}), detect=False)
     assert info.value.field == "docker_gpus" and str(info.value).startswith("--additional-context: docker_gpus:")
+
+
+def _variant_repo(root: Path) -> Path:
+    """A catalog whose Dockerfiles select on its own key, ``variant`` (as MAD catalogs do)."""
+    from conftest import BASE_IMAGE
+
+    (root / "docker").mkdir(parents=True)
+    for variant in ("a", "b"):
+        (root / "docker" / f"variant.{variant}.Dockerfile").write_text(
+            f"# CONTEXT {{'variant': '{variant}'}}\nARG BASE_DOCKER={BASE_IMAGE}\nFROM ${{BASE_DOCKER}}\n"
+            f"ENV VARIANT={variant}\n")
+    (root / "scripts").mkdir()
+    (root / "scripts" / "run.sh").write_text("#!/usr/bin/env bash\necho \"variant ${VARIANT:-none}\"\n"
+                                             "echo 'performance: 1 x'\n")
+    (root / "models.json").write_text(json.dumps([{"name": "ctxvariant", "dockerfile": "docker/variant",
+                                                   "scripts": "scripts/run.sh", "tags": ["variant"]}]))
+    return root
+
+
+@pytest.mark.parametrize("executor", ["local", "docker"])
+def test_a_run_with_a_key_of_its_catalog_selects_by_it(tmp_path, monkeypatch, cli, executor, request):
+    """The issue's case: ``--additional-context "{'variant': 'b'}"`` was exit 2 "unknown context key";
+    now it runs, and on docker only variant.b is built and run."""
+    if executor == "docker":
+        request.getfixturevalue("docker_cleanup").append("ci-ctxvariant")
+    repo = _variant_repo(tmp_path / "repo")
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    result = cli("run", "--tags", "variant", "--executor", executor, "--additional-context", "{'variant': 'b'}",
+                 "--no-html")
+    assert result.code == 0, result
+    [row] = read_rows(repo / "perf.csv")
+    assert row["status"] == "SUCCESS"
+    if executor == "docker":
+        assert row["docker_file"] == "docker/variant.b.Dockerfile", row
+        log = repo / "madengine_runs" / row["run_id"] / "ci-ctxvariant_variant.b" / "run.log"
+        assert "variant b" in log.read_text()
+    wrong = cli("run", "--tags", "variant", "--executor", executor, "--additional-context", "{'varient': 'b'}")
+    assert wrong.code == 2 and "varient: unknown context key (did you mean variant?" in wrong.stderr, wrong
+
+
+def test_a_malformed_header_of_a_selected_model_is_exit_2_naming_it(tmp_path, monkeypatch, cli):
+    repo = _variant_repo(tmp_path / "repo")
+    (repo / "docker" / "variant.b.Dockerfile").write_text("# CONTEXT {'variant': b}\nFROM x\n")
+    monkeypatch.chdir(repo)
+    result = cli("run", "--tags", "variant", "--executor", "local")
+    assert result.code == 2 and not (repo / "perf.csv").exists(), result
+    [line] = result.stderr.strip().splitlines()[-1:]
+    assert "variant.b.Dockerfile: line 1: '# CONTEXT' header is not a dict literal" in line, result

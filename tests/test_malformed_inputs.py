@@ -371,3 +371,94 @@ def test_a_failure_reason_quoting_user_text_stays_one_line(small_repo):
     reason = read_rows(small_repo / "perf.csv")[-1]["reason"]
     assert reason.startswith("model 'mnl': script s/no\\nne.sh not found") and "\n" not in reason, reason
     assert not any(line.startswith("ne.sh") for line in done.stderr.splitlines()), done.stderr
+
+
+# -- paths that name no regular file: a FIFO, a device that never ends, a folder (issue 34) -----------
+RESULT = '{"model": "a", "performance": 1}'
+#: id, argv with IN where the path goes (a path of the repository, or its fixed name), the files beside it
+NON_REGULAR = [
+    ("run-perf-csv", RUN + ("--perf-csv", "IN"), {}),
+    ("run-context-file", RUN + ("--additional-context-file", "IN"), {}),
+    ("run-data-config", RUN_DATA + ("--data-config-file-name", "IN"), {}),
+    ("run-tools-json", RUN_TOOL + ("--tools-json-file-name", "IN"), {}),
+    ("run-credential-json", RUN_CRED, {"IN": "credential.json"}),
+    ("run-manifest", ("run", "--manifest-file", "IN", "--no-html"), {}),
+    ("discover-models-json", ("discover",), {"IN": "models.json"}),
+    ("update-perf-single-result", ("report", "update-perf", "--single-result", "IN"), {}),
+    ("update-perf-exception-result", ("report", "update-perf", "--exception-result", "IN"), {}),
+    ("update-perf-multiple-results", ("report", "update-perf", "--multiple-results", "IN", "--model-name", "m"), {}),
+    ("update-perf-common-info", ("report", "update-perf", "--single-result", "r.json", "--common-info", "IN"), {}),
+    ("update-perf-perf-csv", ("report", "update-perf", "--single-result", "r.json", "--perf-csv", "IN"), {}),
+    ("to-html-perf-csv", ("report", "to-html", "--perf-csv", "IN"), {}),
+    ("to-email-perf-csv", ("report", "to-email", "--csv-file-path", "IN", "--smtp-host", "127.0.0.1", "--smtp-port",
+                           "9", "--to", "a@b", "--from", "c@d"), {}),
+    ("compare-old", ("report", "compare", "IN", "p.csv"), {}),
+    ("regressions-csv", ("report", "regressions", "IN"), {}),
+    ("update-table-perf-csv", ("database", "update-table", "--perf-csv", "IN", "--db-url", "sqlite:///t.db"), {}),
+    ("update-table-model-json", ("database", "update-table", "--perf-csv", "p.csv", "--model-json-path", "IN",
+                                 "--db-url", "sqlite:///t.db"), {}),
+    ("bench-suite", ("bench", "--suite", "IN"), {}),
+]
+
+
+#: inputs that take a folder too (its CSV files, its runs)
+FOLDERS_OF_FILES = ("to-email-perf-csv", "compare-old")
+
+
+def _no_more_memory_than(limit: int):
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply
+
+
+NON_REGULAR_CASES = [(*case, kind) for case in NON_REGULAR for kind in ("fifo", "dev-zero", "folder")
+                     if not (kind == "folder" and case[0] in FOLDERS_OF_FILES)]
+
+
+@pytest.mark.parametrize("case_id, argv, names, kind", NON_REGULAR_CASES,
+                         ids=[f"{c[0]}-{c[3]}" for c in NON_REGULAR_CASES])
+def test_a_path_that_is_no_regular_file_is_one_line_exit_2(small_repo, case_id, argv, names, kind):
+    """Before: /dev/zero as --perf-csv took 2.6 GB and ignored Ctrl-C, other inputs ended in exit 3
+    (MemoryError) under a 1.5 GB limit, a FIFO blocked forever. Now each is exit 2 at once, one line
+    naming the path: a real process, under a 1.5 GB memory limit and a time limit."""
+    import os
+    import subprocess
+
+    (small_repo / "r.json").write_text(RESULT)
+    (small_repo / "p.csv").write_text(GOOD_PERF)
+    name = names.get("IN", "in.file")
+    target = small_repo / name
+    target.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dev-zero":
+        target.symlink_to("/dev/zero")
+    else:
+        target.mkdir()
+    command = [sys.executable, "-m", "madengine", *(name if part == "IN" else part for part in argv)]
+    try:
+        done = subprocess.run(command, cwd=small_repo, capture_output=True, text=True, timeout=60,
+                              preexec_fn=_no_more_memory_than(1536 << 20))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{case_id}: still running after 60 s (a {kind} read without end)")
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
+    expected = "is a folder" if kind == "folder" else "not a regular file"
+    assert name in lines[0] and expected in lines[0], lines[0]
+
+
+def test_a_configuration_file_over_64_mib_is_refused_unread(small_repo):
+    """A context file of 65 MiB (sparse: no disk taken) is one line, exit 2, read no further than
+    the limit."""
+    import os
+
+    with open(small_repo / "ctx.json", "wb") as handle:
+        os.truncate(handle.fileno(), 65 << 20)
+    done = run_cli(*RUN, "--additional-context-file", "ctx.json")
+    assert done.code == 2, done
+    assert done.stderr.strip().splitlines() == [
+        "madengine: error: ctx.json: larger than 64 MiB, more than a file of this kind may hold "
+        "(check that the path names the file meant)"], done

@@ -186,7 +186,7 @@ def test_other_bad_inputs(cli, tmp_path):
     perf = write_history(tmp_path / "perf.csv")
     cases = [
         (("--csv-file-path", str(tmp_path / "missing.csv")), "missing.csv: file not found"),
-        (("--csv-file-path", str(tmp_path)), "is a folder, not a CSV file"),
+        (("--csv-file-path", str(tmp_path)), "is a folder, not a regular file"),
         (("--csv-file-path", str(tmp_path / "latin1.csv")), "not a UTF-8 text CSV"),
         (("--csv-file-path", str(perf), "-o", str(perf)), "would overwrite its own CSV"),
         (("--csv-file-path", str(perf), "-o", str(tmp_path / "perf.csv" / "x.html")), "cannot write the report"),

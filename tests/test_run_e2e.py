@@ -259,8 +259,8 @@ def test_ctrl_c_records_failure_keeps_rows_and_leaves_no_container(model_repo, m
         request.getfixturevalue("docker_client")
         request.getfixturevalue("docker_cleanup").extend(IMAGE_PREFIXES)
     proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "dummy", "dummy_sleep",
-                             "--timeout", "0", "--executor", mode], cwd=model_repo, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=terminal_signals)
+                             "--timeout", "0", "--executor", mode, "--live-output"], cwd=model_repo,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=terminal_signals)
     seen = []
 
     def watch():
@@ -270,9 +270,9 @@ def test_ctrl_c_records_failure_keeps_rows_and_leaves_no_container(model_repo, m
     reader = threading.Thread(target=watch, daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while not any("dummy_sleep: running" in line for line in seen) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(2)  # the model script is sleeping now
+    while not any("sleeping 30 s" in line for line in seen):  # the model script's own line: it sleeps now
+        assert proc.poll() is None and time.monotonic() < deadline, "".join(seen)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=60) == 130
     reader.join(timeout=5)

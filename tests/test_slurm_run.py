@@ -205,6 +205,9 @@ MODELS = [
      "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchjob"]},
     {"name": "sl_torch_hang", "dockerfile": "docker/none", "scripts": "scripts/ddp", "args": "--steps 4 --hang-rank 1",
      "n_gpus": "0", "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchhang"]},
+    {"name": "sl_torch_kill", "dockerfile": "docker/none", "scripts": "scripts/ddp",
+     "args": "--steps 6 --kill-rank 1 --deaf-rank 0",
+     "n_gpus": "0", "distributed": {"launcher": "torchrun", "nnodes": 2, "nproc_per_node": 1}, "tags": ["torchkill"]},
 ]
 SCRIPTS = {
     "pass.sh": 'echo "pass on $(hostname): $*"\necho "performance: $2 items/s"\n',
@@ -428,6 +431,26 @@ def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_rep
     # Slurm ended node 1, whose reason names the rank still running then: node 1 comes first either way
     first = row["reason"].split(" (also ")[0]
     assert first.startswith("node 1: ") and "rank 1 (node 1, local rank 0) was still running" in first, row["reason"]
+    assert_no_marked_process(mark)
+    assert _job_left(slurm_cluster, row) == ""
+
+
+def test_a_killed_rank_is_named_first_and_no_node_leaves_its_work_folder(slurm_repo, slurm_cluster, cli):
+    """Issue 34: rank 1 (node 1) is SIGKILLed halfway; node 1's torchrun fails, srun then ends node 0
+    (--kill-on-bad-exit). Node 0's rank ignores SIGTERM, so its madengine (which gives a rank 5 s
+    after SIGTERM) is SIGKILLed by Slurm (KillWait 2 s) before it writes its row: the race node 0
+    sometimes lost, now every time. The reason names the killed rank first (before: "node 0: wrote no
+    result row" came first), and node 0's work folder is not left on disk (before: it was)."""
+    pytest.importorskip("torch")
+    mark = new_mark()
+    result = cli("run", "--tags", "torchkill", "--executor", "slurm", "--partition", "multi", "--timeout", "120",
+                 "-c", _torch_context(mark))
+    assert result.code == 1, result
+    [row] = read_rows(slurm_repo / "perf.csv")
+    assert row["status"] == "FAILURE" and row["model"] == "sl_torch_kill", row
+    assert row["reason"].startswith("rank 1 (node 1, local rank 0) was killed by SIGKILL"), row["reason"]
+    assert not list(slurm_repo.glob("slurm_results/*/tasks/*/node-*/runs/*/*/work")), \
+        list(slurm_repo.glob("slurm_results/*/tasks/*/node-*/runs/*/*/work"))
     assert_no_marked_process(mark)
     assert _job_left(slurm_cluster, row) == ""
 

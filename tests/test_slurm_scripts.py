@@ -210,3 +210,22 @@ def test_final_states_become_reasons():
     assert state_reason(None, task).startswith("final Slurm state unknown")
     task.unrunnable = "PartitionConfig"
     assert "never started" in state_reason(None, task)
+
+
+def test_the_work_folders_nodes_left_are_removed_keeping_their_rank_logs(tmp_path):
+    """A node's madengine that Slurm SIGKILLed left its work folder (issue 34): merging the task's
+    rows removes it; the rank logs in it stay beside the node's run.log."""
+    from madengine.distributed.slurm_jobs import SlurmTask, remove_left_work
+
+    task = SlurmTask(index=0, model="m", tag="m", result_dir=str(tmp_path / "task"), model_entry={}, nodes=2)
+    left = tmp_path / "task" / "node-0" / "runs" / "r1" / "ci-m" / "work"
+    (left / "madengine_ranks" / "node-0" / "x" / "attempt_0" / "0").mkdir(parents=True)
+    (left / "madengine_ranks" / "node-0" / "x" / "attempt_0" / "0" / "stderr.log").write_text("said\n")
+    (left / "train.py").write_text("")
+    done = tmp_path / "task" / "node-1" / "runs" / "r1" / "ci-m"
+    done.mkdir(parents=True)
+    (done / "run.log").write_text("")
+    assert remove_left_work(task) == [left]
+    assert not left.exists() and done.is_dir()
+    kept = left.parent / "ranks" / "node-0" / "x" / "attempt_0" / "0" / "stderr.log"
+    assert kept.read_text() == "said\n"

@@ -96,11 +96,12 @@ def load_suite(path: str | Path) -> list[ModelEntry]:
 
 
 def _read(path: Path) -> Any:
+    from madengine.core.inputfile import read_input
+
+    data = read_input(path, error=ConfigError, missing="suite file not found")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("suite file not found", path=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"cannot read the suite file ({exc})", path=str(path)) from None
     if path.suffix.lower() not in (".yaml", ".yml"):
         try:

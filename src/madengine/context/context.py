@@ -3,7 +3,8 @@
 Order (later wins): detected values → ``--additional-context-file`` (JSON) →
 ``--additional-context`` (JSON or a Python dict literal, parsed with ``json`` then
 ``ast.literal_eval``; never ``eval``). Nested dicts merge key by key. Every key must be one of
-:mod:`madengine.context.keys` (free-form values go under ``extra``).
+:mod:`madengine.context.keys` or one the catalog's Dockerfile ``# CONTEXT`` headers name
+(:class:`~madengine.context.dockerfiles.HeaderKeys`); free-form values go under ``extra``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from madengine.context.detect import VENDORS, detect_gpus, detect_host_os
 from madengine.context.keys import KEYS, PASS_THROUGH, unknown_key_hint, without_effect
@@ -115,11 +116,13 @@ def deep_merge(base: dict[str, Any], overlay: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-def validate_context(values: dict[str, Any], source: str = "context") -> dict[str, Any]:
-    """Check that every key is known (:mod:`madengine.context.keys`) and holds a value of its type;
-    normalise vendor/OS names, numbers and the GPU list. Returns ``values``."""
+def validate_context(values: dict[str, Any], source: str = "context",
+                     catalog_keys: Collection[str] = ()) -> dict[str, Any]:
+    """Check that every key is known (:mod:`madengine.context.keys`, or named by a Dockerfile header
+    of the catalog: ``catalog_keys``) and holds a value of its type; normalise vendor/OS names,
+    numbers and the GPU list. Returns ``values``."""
     for key, value in values.items():
-        _check_key(key, value, source)
+        _check_key(key, value, source, catalog_keys)
     _check_variables(values, source)
     _check_names(values, source)
     _check_numbers(values, source)
@@ -134,10 +137,12 @@ def validate_context(values: dict[str, Any], source: str = "context") -> dict[st
 _TYPE_NAMES = {dict: "a dict", list: "a list", str: "a string"}
 
 
-def _check_key(key: str, value: Any, source: str) -> None:
+def _check_key(key: str, value: Any, source: str, catalog_keys: Collection[str]) -> None:
     known = KEYS.get(key)
     if known is None:
-        raise ContextError("unknown context key", path=source, field=key, hint=unknown_key_hint(key))
+        if key in catalog_keys:  # a catalog's own key: any value (a header compares it as it is)
+            return
+        raise ContextError("unknown context key", path=source, field=key, hint=unknown_key_hint(key, catalog_keys))
     if known.kind is not None and not isinstance(value, known.kind):
         got = brief(value) if known.kind is str else type(value).__name__
         raise ContextError(f"must be {_TYPE_NAMES[known.kind]}, got {got}", path=source, field=key)
@@ -286,12 +291,23 @@ def detected_values() -> dict[str, Any]:
     }
 
 
-def build_context(*, context_file: str | Path | None = None, context_string: str | None = None,
-                  detect: bool = True) -> Context:
-    """Detected values, then the context file, then the context string (later wins)."""
-    values: dict[str, Any] = detected_values() if detect else {"guest_os": DEFAULT_GUEST_OS}
+def user_values(context_file: str | Path | None, context_string: str | None,
+                catalog_keys: Collection[str] = ()) -> dict[str, Any]:
+    """The context the user gave: the file, then the string (later wins), each checked."""
+    values: dict[str, Any] = {}
     if context_file:
-        values = deep_merge(values, validate_context(load_context_file(context_file), str(context_file)))
+        values = deep_merge(values, validate_context(load_context_file(context_file), str(context_file),
+                                                     catalog_keys))
     if context_string:
-        values = deep_merge(values, validate_context(parse_context_string(context_string), "--additional-context"))
-    return Context(validate_context(values))
+        values = deep_merge(values, validate_context(parse_context_string(context_string), "--additional-context",
+                                                     catalog_keys))
+    return values
+
+
+def build_context(*, context_file: str | Path | None = None, context_string: str | None = None,
+                  detect: bool = True, catalog_keys: Collection[str] = ()) -> Context:
+    """Detected values, then the context file, then the context string (later wins);
+    ``catalog_keys``: the keys the catalog's Dockerfile headers name (valid context keys too)."""
+    values: dict[str, Any] = detected_values() if detect else {"guest_os": DEFAULT_GUEST_OS}
+    values = deep_merge(values, user_values(context_file, context_string, catalog_keys))
+    return Context(validate_context(values, catalog_keys=catalog_keys))

@@ -1,7 +1,9 @@
 """The context keys madengine knows: one table, the one place where a key is added.
 
-Every top-level key of a context must be in :data:`KEYS` (or it is an error naming the nearest
-known key), and its value must have the key's type. Three kinds of entry:
+Every top-level key of a context must be in :data:`KEYS`, or be named by a ``# CONTEXT`` header of
+one of the catalog's Dockerfiles (a catalog's own keys, e.g. ``variant``; any value), or it is an
+error naming the nearest known key; a key of the table must hold a value of the key's type. Three
+kinds of entry:
 
 * keys madengine reads (``effect=True``);
 * blocks owned by a part of madengine (``slurm``, ``distributed``, ``k8s``/``kubernetes``): here only
@@ -19,7 +21,7 @@ To add a key: one line in the table (flip ``effect`` when a compatibility key st
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Collection
 
 #: the key that holds free-form values (any JSON object), passed through unchecked
 PASS_THROUGH = "extra"
@@ -49,7 +51,6 @@ KEYS: dict[str, ContextKey] = _table(
     ContextKey("system_ngpus", None, "MAD_SYSTEM_NGPUS; the GPUs runs may use"),
     ContextKey("host_os", None, "recorded with every row"),
     ContextKey("guest_os", str, "Dockerfile filter, MAD_GUEST_OS"),
-    ContextKey("ctx_test", None, "Dockerfile filter test hook"),
     # -- read by a run ------------------------------------------------------------------------------
     ContextKey("docker_build_arg", dict, "build arguments"),
     ContextKey("docker_env_vars", dict, "container environment"),
@@ -113,21 +114,23 @@ _MEANT = {
 }
 
 
-def nearest_key(name: str) -> str | None:
-    """The known key ``name`` most likely meant: the same name in other case, else a close spelling."""
-    for known in KEYS:
+def nearest_key(name: str, catalog_keys: Collection[str] = ()) -> str | None:
+    """The known key ``name`` most likely meant (of the table, or of the catalog's Dockerfile
+    headers): the same name in other case, else a close spelling."""
+    known_keys = [*KEYS, *(key for key in catalog_keys if key not in KEYS)]
+    for known in known_keys:
         if known.lower() == name.lower():
             return known
     import difflib  # only for an unknown key's message
 
-    close = difflib.get_close_matches(name, list(KEYS), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, known_keys, n=1, cutoff=0.6)
     return close[0] if close else None
 
 
-def unknown_key_hint(name: str) -> str:
+def unknown_key_hint(name: str, catalog_keys: Collection[str] = ()) -> str:
     """What to do about the unknown key ``name``: the key meant, and where free-form values go."""
     meant = _MEANT.get(name.strip().lower())
-    nearest = nearest_key(name)
+    nearest = nearest_key(name, catalog_keys)
     first = meant + "." if meant else f"did you mean {nearest}?" if nearest else f"known keys: {DOCS}."
     return f"{first} Free-form values go under '{PASS_THROUGH}'"
 

@@ -149,24 +149,16 @@ def parse_json(data: bytes | str, *, shown: str, error: "type[MadEngineError] | 
 
 def read_json_file(path: "str | Path", *, error: "type[MadEngineError] | None" = None, shown: str | None = None,
                    missing: str = "file not found", hint: str | None = None,
-                   max_depth: int | None = MAX_DEPTH) -> Any:
+                   max_depth: int | None = MAX_DEPTH, limit: int | None = None) -> Any:
     """Parse a JSON file; every way it can be unreadable becomes one typed error naming the file.
 
     ``error`` is the exception class to raise (default :class:`InputError`); ``missing`` the
     message for a file that does not exist; ``hint`` what to do about it; ``max_depth`` as in
-    :func:`parse_json`.
+    :func:`parse_json`. The file must be a regular file of at most ``limit`` bytes (default
+    :data:`~madengine.core.inputfile.MAX_CONFIG_BYTES`): :func:`~madengine.core.inputfile.read_input`.
     """
-    from madengine.core.errors import InputError
+    from madengine.core.inputfile import MAX_CONFIG_BYTES, read_input
 
-    error = error or InputError
     shown = shown or str(path)
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        raise error(missing, path=shown, hint=hint) from None
-    except IsADirectoryError:
-        raise error("is a folder, not a JSON file", path=shown) from None
-    except OSError as exc:
-        raise error(f"cannot read ({exc.strerror})", path=shown) from None
+    raw = read_input(path, limit=limit or MAX_CONFIG_BYTES, shown=shown, error=error, missing=missing, hint=hint)
     return parse_json(raw, shown=shown, error=error, max_depth=max_depth)

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 CONTAINER_WORKSPACE = "/myworkspace"
+#: a run's work folder in its artifacts folder (``<runs dir>/<run id>/<key>/work``): the model's
+#: files while it runs, removed when the run of the model ends
+WORK_FOLDER = "work"
 
 
 @dataclasses.dataclass

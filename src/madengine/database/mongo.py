@@ -42,7 +42,7 @@ from madengine.database.urls import DEFAULT_MONGO_DATABASE, DbUrl
 from madengine.results.columns import ALL_COLUMNS, Status
 from madengine.results.identity import ResultIdentity
 from madengine.results.parsing import as_number
-from madengine.results.perfcsv import read_rows
+from madengine.results.perfcsv import read_header, read_rows
 
 DEFAULT_TIMEOUT_MS = 5000
 _BATCH = 1000
@@ -408,7 +408,7 @@ def _file_rows(path: Path) -> list[dict[str, Any]]:
     """Result rows of a file: CSV rows, the ``results`` of a run summary, or JSON objects."""
     if path.suffix.lower() == ".csv":
         rows: list[dict[str, Any]] = list(read_rows(path))
-        if not rows and not path.read_text(encoding="utf-8").strip():
+        if not rows and not read_header(path):
             raise InputError("empty file: no CSV header", path=str(path))
         return rows
     data = _read_json_objects(path)

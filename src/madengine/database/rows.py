@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from madengine.core.errors import InputError
+from madengine.core.inputfile import open_input
 from madengine.core.jsonio import read_json_file
 from madengine.results.columns import ALL_COLUMNS
 from madengine.results.figures import FIGURES_COLUMN, figure_rows
@@ -182,7 +183,7 @@ class PerfCsv:
         self._layout = _Layout([])
 
     def _open(self) -> Any:
-        return open(self.path, newline="", encoding="utf-8")
+        return open_input(self.path, text=True, hint="pass the perf.csv written by 'madengine run'")
 
     def _read_header(self, reader: Any) -> list[str]:
         header = [name.strip() for name in next(reader, [])]
@@ -199,11 +200,8 @@ class PerfCsv:
     def check(self) -> int:
         """Check the whole file (see the class docstring); returns the number of rows."""
         path = self.path
-        if not path.is_file():
-            what = "is a directory, not a perf.csv file" if path.is_dir() else "file not found"
-            raise InputError(what, path=str(path), hint="pass the perf.csv written by 'madengine run'")
-        self.size = os.path.getsize(path)
         with csv_input_errors(path), self._open() as handle:
+            self.size = os.fstat(handle.fileno()).st_size
             reader = csv_rows(handle)
             self.header = self._read_header(reader)
             self._layout = _Layout(self.header)

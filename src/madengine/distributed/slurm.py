@@ -22,11 +22,12 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from madengine.core.version import __version__
 from madengine.catalog import Catalog, Model, select_models
-from madengine.context.context import Context, deep_merge, load_context_file, parse_context_string, validate_context
+from madengine.context.context import Context, user_values
+from madengine.context.dockerfiles import HeaderKeys
 from madengine.core.clock import utc_now
 from madengine.core.errors import ConfigError, ContextError, InputError
 from madengine.core.host import Host
@@ -174,16 +175,10 @@ class SlurmRun:
     tracer: Any = NULL_TRACER
 
 
-def user_context(options: RunOptions) -> dict[str, Any]:
+def user_context(options: RunOptions, catalog_keys: Collection[str] = ()) -> dict[str, Any]:
     """The context the user gave (file, then string), without host detection: the login node's
     hardware says nothing about the compute nodes, which detect their own."""
-    values: dict[str, Any] = {}
-    if options.context_file:
-        values = deep_merge(values, validate_context(load_context_file(options.context_file), options.context_file))
-    if options.context_string:
-        values = deep_merge(values, validate_context(parse_context_string(options.context_string),
-                                                     "--additional-context"))
-    return values
+    return user_values(options.context_file, options.context_string, catalog_keys)
 
 
 # -- planning ----------------------------------------------------------------------------------
@@ -280,7 +275,7 @@ def _safe(name: str) -> str:
 def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
     """Everything a submission writes, rendered but not yet written (``--dry-run`` prints it)."""
     options, catalog, models = request.run, request.catalog, request.models
-    context = user_context(options)
+    context = user_context(options, HeaderKeys.of(catalog, models))
     section = context.get("slurm", {})
     settings = slurm_settings({**section, **request.slurm.overrides()})
     if request.transport.manifest_file and settings.executor == "local":

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -28,6 +29,9 @@ from madengine.distributed.manifest import model_of_entry
 from madengine.distributed.slurm_commands import UNRUNNABLE, JobRecord, SlurmCommands, split_queue_id
 from madengine.core.events import Reporter
 from madengine.results import PerfRecord, Provenance, RecordFactory, RunSummary, Status, append_records, read_rows
+from madengine.core.spec import WORK_FOLDER
+from madengine.execution.ranks import RANKS_FOLDER
+from madengine.launch import RANK_LOG_FOLDER
 from madengine.results.aggregate import JobShape, job_rows
 
 JOB_FILE = "job.json"
@@ -309,6 +313,23 @@ def _job_shape(task: SlurmTask, nodes: dict[int, list[dict[str, str]]]) -> JobSh
     return JobShape(row.get("launcher", ""), task.nodes, int(per_node) if per_node.isdigit() else 1)
 
 
+def remove_left_work(task: SlurmTask) -> list[Path]:
+    """The work folders the task's nodes left (a node's madengine that Slurm killed before it
+    could clean up: ``--kill-on-bad-exit`` SIGKILLs the other nodes KillWait seconds after one
+    failed), removed once the job has ended; the rank logs in one are kept beside its run.log
+    (``ranks/``, as the launcher wrote them) unless the node collected them itself. The removed
+    folders."""
+    removed = []
+    for node in task.node_folders():
+        for work in sorted(node.glob(f"runs/*/*/{WORK_FOLDER}")):
+            ranks, kept = work / RANK_LOG_FOLDER, work.parent / RANKS_FOLDER
+            if ranks.is_dir() and not kept.exists():
+                os.replace(ranks, kept)
+            shutil.rmtree(work, ignore_errors=True)
+            removed.append(work)
+    return removed
+
+
 def _last_error(log: str) -> str:
     try:
         lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
@@ -363,6 +384,7 @@ class JobCollector:
         if task.rejected:
             return [self.failure(task, f"not submitted: sbatch refused the job: {task.rejected}")]
         records = [self.from_row(task, row) for row in _task_rows(task)]
+        remove_left_work(task)
         reason = state_reason(state, task)
         node = state.node if state else ""
         if reason is not None:  # Slurm stopped the task (time limit, scancel): its rows say so first

@@ -96,7 +96,8 @@ class DockerExecutor:
         return self.images.targets(model)
 
     def obtain_image(self, target: Target) -> ImageInfo:
-        return self.images.obtain(target)
+        with self._calls():  # an engine that hangs or goes while the image is built fails the model
+            return self.images.obtain(target)
 
     def workspace(self, spec: RunSpec) -> str:
         return CONTAINER_WORKSPACE
@@ -200,15 +201,16 @@ class DockerExecutor:
         engine = self._engine()
         container = self._containers[spec.key]
         started = time.monotonic()
+        answer_by = _answer_by(started, timeout)
         try:
-            with deadline(timeout, lambda: self._end_job(spec)) as timed_out, self._calls(timeout):
+            with deadline(timeout, lambda: self._end_job(spec)) as timed_out, self._calls(timeout, timed_out):
                 # the log follows from the container's start to its exit (attaching could miss output
                 # written before it, and waits forever on a container that already ended)
-                stream = engine.logs(container.id, _answer_by(started, timeout))
+                stream = engine.logs(container.id, answer_by)
                 with self._heartbeat(stream):
                     for chunk in stream:
                         sink.feed(chunk)
-                info = _ended(engine, container.id)
+                info = _ended(self._left(answer_by), container.id)
         except KeyboardInterrupt as exc:
             self._end_job(spec)
             sink.close()
@@ -250,31 +252,34 @@ class DockerExecutor:
                     raise
         sink.close()
         duration = time.monotonic() - started
+        answer_by = _answer_by(started, timeout)
         if timed_out.is_set():
+            with self._calls(timeout, timed_out):  # the kill went through: the engine answers in the time left
+                self._left(answer_by).inspect_container(container.id)
             return StepResult(None, duration, sink.text(), timed_out=True, ranks_running=self._ranks.pop(spec.key, ()))
-        with self._calls():
-            info = self._finished(exec_id)
+        with self._calls(timeout):
+            info = self._finished(exec_id, answer_by)
             code = info.get("ExitCode") if info else None
-            cause = self._oom(container) if code == 137 else ""
+            cause = self._oom(container, answer_by) if code == 137 else ""
         _end_group(info)
         return StepResult(code, duration, sink.text(), cause=cause)
 
-    def _finished(self, exec_id: str) -> dict[str, Any]:
+    def _finished(self, exec_id: str, answer_by: float | None) -> dict[str, Any]:
         """``exec inspect`` once the step's main process has ended ({} if it never says so)."""
         for _ in range(100):
-            info = self._engine().exec_inspect(exec_id)
+            info = self._left(answer_by).exec_inspect(exec_id)
             if not info.get("Running"):
                 return info
             time.sleep(0.02)
         return {}
 
-    def _oom(self, container: "_Container") -> str:
+    def _oom(self, container: "_Container", answer_by: float | None) -> str:
         """'out of memory: ...' when the kernel's OOM killer struck in this container, else ''."""
-        engine = self._engine()
         try:
-            probe = engine.exec_create(container.id, ["cat", *_OOM_COUNTERS])
-            text = b"".join(engine.exec_start(probe, time.monotonic() + CALL_TIMEOUT)).decode("utf-8", "replace")
-            limit = _memory_limit(engine.inspect_container(container.id))
+            probe = self._left(answer_by).exec_create(container.id, ["cat", *_OOM_COUNTERS])
+            text = b"".join(self._left(answer_by).exec_start(probe, answer_by or time.monotonic() + CALL_TIMEOUT)) \
+                .decode("utf-8", "replace")
+            limit = _memory_limit(self._left(answer_by).inspect_container(container.id))
         except EngineError:
             return ""
         kills = [int(line.split()[1]) for line in text.splitlines()
@@ -284,6 +289,19 @@ class DockerExecutor:
         where = f"at the container's memory limit of {_mib(limit)}" if limit else \
             "with no container memory limit (the host ran out)"
         return f"out of memory: the kernel's OOM killer stopped the model {where}"
+
+    def _left(self, answer_by: float | None) -> Engine:
+        """The engine for a call once a step's output has ended: a step whose output had to end by
+        ``answer_by`` (its timeout + :data:`ANSWER_GRACE`) gives each call only the time left of
+        that, else the model's FAILURE would wait a call's own deadline more (None: no timeout,
+        each call its own deadline)."""
+        engine = self._engine()
+        if answer_by is None:
+            return engine
+        left = answer_by - time.monotonic()
+        if left <= 0:
+            raise EngineTimeout("the end of the step")
+        return engine.bounded(left)
 
     def _end_job(self, spec: RunSpec) -> None:
         """Timeout or interrupt: note the ranks still running (seen from this host when the engine
@@ -329,16 +347,16 @@ class DockerExecutor:
             done.set()
 
     @contextlib.contextmanager
-    def _calls(self, step_timeout: int | None = None) -> Iterator[None]:
+    def _calls(self, step_timeout: int | None = None, timed_out: threading.Event | None = None) -> Iterator[None]:
         """Engine calls whose failure to reach the engine means it went away (or hangs) during the
         run: :class:`EngineUnavailable` / :class:`EngineNotResponding`, and the clean-up after them
-        does not wait on the engine call by call."""
+        does not wait on the engine call by call (:func:`engine_calls`)."""
         try:
-            yield
-        except Exception as exc:
-            if not is_engine_gone(exc):
-                raise
-            raise self._lose(exc, step_timeout) from None
+            with engine_calls(step_timeout, timed_out):
+                yield
+        except EngineUnavailable:
+            self._lost = True
+            raise
 
     def _lose(self, exc: BaseException, step_timeout: int | None) -> EngineUnavailable:
         self._lost = True
@@ -376,19 +394,25 @@ class DockerExecutor:
         while self._removals:
             self._removals.pop().join()
         deadline = time.monotonic() + engine_wait
-        engine = self._engine().bounded(CLEANUP_CALL) if self._unremoved else None
+
+        def engine() -> Engine:  # each call at most CLEANUP_CALL, and never past the deadline
+            return self._engine().bounded(max(0.1, min(CLEANUP_CALL, deadline - time.monotonic())))
+
+        def pause() -> None:
+            time.sleep(max(0.0, min(0.5, deadline - time.monotonic())))
+
         while self._unremoved and time.monotonic() < deadline:
             try:
-                engine.ping()
+                engine().ping()
             except Exception:
-                time.sleep(0.5)
+                pause()
                 continue
             for container in list(self._unremoved):
                 try:
-                    _ignore_gone(lambda gone=container: engine.remove(gone.id))
+                    _ignore_gone(lambda gone=container: engine().remove(gone.id))
                     self._unremoved.remove(container)
                 except Exception:
-                    time.sleep(0.5)
+                    pause()
         return [container.name for container in self._unremoved]
 
     def abort(self, run_id: str) -> None:
@@ -452,6 +476,22 @@ class _Container:
             with contextlib.suppress(Exception):
                 self.watch.close()
             self.watch = None
+
+
+@contextlib.contextmanager
+def engine_calls(step_timeout: int | None = None, timed_out: threading.Event | None = None) -> Iterator[None]:
+    """Engine calls whose failure to reach the engine (refused, cut, no answer in time) means it went
+    away or hangs: :class:`EngineUnavailable` / :class:`EngineNotResponding` (:func:`unavailable`).
+    After a step's timeout (``timed_out`` set), a call the engine does not answer means it did not
+    end the container."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_engine_gone(exc):
+            raise
+        if timed_out is not None and timed_out.is_set() and is_timeout(exc):
+            exc = EngineTimeout("the end of the step")
+        raise unavailable(exc, step_timeout) from None
 
 
 def _watched(spec: RunSpec) -> bool:
@@ -563,11 +603,17 @@ def describe(exc: BaseException) -> str:
 
 
 def is_timeout(exc: BaseException) -> bool:
-    """An engine that took the call but did not answer in time (this client's or the SDK's)."""
-    if isinstance(exc, TimeoutError):
-        return True
+    """An engine that took the call but did not answer in time (this client's or the SDK's, also
+    when the SDK wraps the timeout in an error of its own: its version check at connection)."""
     requests_errors = sys.modules.get("requests.exceptions")
-    return requests_errors is not None and isinstance(exc, requests_errors.Timeout)
+    seen: BaseException | None = exc
+    for _ in range(8):  # a chain of causes, not a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, TimeoutError) or requests_errors is not None and isinstance(seen, requests_errors.Timeout):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def unavailable(exc: BaseException, step_timeout: int | None = None) -> EngineUnavailable:

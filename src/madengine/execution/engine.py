@@ -127,7 +127,8 @@ class Engine:
         return self._sdk
 
     def bounded(self, seconds: float) -> "Engine":
-        """The same engine with calls limited to ``seconds`` (clean-up after a lost engine)."""
+        """The same engine with calls limited to ``seconds`` (clean-up after a lost engine, the
+        calls after a step's output, which have only what is left of the step's deadline)."""
         other = copy.copy(self)
         other.timeout = min(self.timeout, seconds)
         return other
@@ -245,10 +246,15 @@ class Engine:
     def _stream(self, method: str, path: str, *, query: Mapping[str, str] | None = None,
                 body: Any = None, until: float | None = None) -> "Stream":
         call = f"{method} {path}"
-        try:  # the engine starts answering a stream at once: its head has the call's deadline
-            response = _Response(self._send(method, path, query, body, self.timeout), call, self.timeout)
+        # the engine starts answering a stream at once: its head has the call's deadline, or what
+        # is left of the stream's own when that comes first
+        seconds = self.timeout if until is None else min(self.timeout, until - time.monotonic())
+        if seconds <= 0:
+            raise EngineTimeout(call)  # its deadline passed before it began
+        try:
+            response = _Response(self._send(method, path, query, body, seconds), call, seconds)
         except TimeoutError:
-            raise EngineTimeout(call, self.timeout) from None
+            raise EngineTimeout(call, seconds) from None
         if response.status >= 400:
             raise EngineError(response.status, _message(response.read_all()))
         return Stream(_until(response.chunks(until), call), response.abort)

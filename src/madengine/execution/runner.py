@@ -35,7 +35,7 @@ from madengine.core.events import MODEL, PHASE, RESULT, STEP, Progress, Reporter
 from madengine.core.host import Host
 from madengine.core.ids import machine_name
 from madengine.core.redact import redact
-from madengine.core.spec import RunSpec, Step
+from madengine.core.spec import WORK_FOLDER, RunSpec, Step
 from madengine.execution.executor import Executor, ImageInfo, Target
 from madengine.execution.options import RunOptions
 from madengine.execution.engine import EngineError
@@ -320,7 +320,8 @@ class ModelRunner:
         # a model with a url may find its script in the clone: looked for once cloned
         step, script_dir = script_step(model, self.root, model.run_args) \
             if model.scripts and not model.url else (None, None)
-        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / "work", log_path=artifacts_dir / "run.log",
+        spec = RunSpec(key=target.key, model=model, workdir=artifacts_dir / WORK_FOLDER,
+                       log_path=artifacts_dir / "run.log",
                        artifacts_dir=artifacts_dir, env={}, steps=[step] if step else [],
                        timeout=self.options.timeout_for(model.timeout), gpu_ids=gpu_ids, cpus=cpus,
                        docker_file=target.docker_file, keep_alive=self.options.keep_alive,

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from madengine.catalog import Model
 from madengine.context import Context
@@ -38,10 +38,12 @@ _KNOWN_ONLY_FROM_CONTEXT = {"MAD_SYSTEM_GPU_ARCHITECTURE": "gpu_architecture",
                             "MAD_SYSTEM_GPU_PRODUCT_NAME": "gpu_product_name"}
 
 
-def k8s_context(context_file: str | None, context_string: str | None) -> Context:
+def k8s_context(context_file: str | None, context_string: str | None, catalog_keys: Collection[str] = ()) -> Context:
     """The context of a cluster run: the user's only (this host's GPUs say nothing about the
-    cluster's); ``gpu_vendor`` follows ``k8s.gpu_resource_name`` when the context leaves it out."""
-    context = build_context(context_file=context_file, context_string=context_string, detect=False)
+    cluster's); ``gpu_vendor`` follows ``k8s.gpu_resource_name`` when the context leaves it out.
+    ``catalog_keys``: the keys the catalog's Dockerfile headers name."""
+    context = build_context(context_file=context_file, context_string=context_string, detect=False,
+                            catalog_keys=catalog_keys)
     values = context.values
     resource = block_of(values).get("gpu_resource_name")
     if "gpu_vendor" not in values or values.get("gpu_vendor") == "CPU":

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from madengine.catalog import Catalog, Model
 from madengine.context import Context
+from madengine.context.dockerfiles import HeaderKeys
 from madengine.core.errors import ExecutionError, InputError, interruption
 from madengine.core.events import Reporter
 from madengine.core.host import Host
@@ -130,7 +131,8 @@ def plan_k8s_run(request: K8sRun, host: Host, run_id: str, namespace: str | None
     """Every selected model's objects, rendered and checked; InputError (exit 2) for bad input.
     ``inspect_user``: an image's USER when this host has the image (None when it cannot tell)."""
     options = request.run
-    context = k8s_context(options.context_file, options.context_string)
+    context = k8s_context(options.context_file, options.context_string,
+                          HeaderKeys.of(request.catalog, request.models))
     settings = settings_of(context)
     check_context_applies(context)
     _check_options(options, request.models)
@@ -221,7 +223,8 @@ def prepare_run(request: K8sRun, host: Host, run_id: str,
     from madengine.k8s.client import KubeApi
     from madengine.k8s.kubeconfig import resolve_cluster
 
-    context = k8s_context(request.run.context_file, request.run.context_string)
+    context = k8s_context(request.run.context_file, request.run.context_string,
+                          HeaderKeys.of(request.catalog, request.models))
     settings = settings_of(context)
     check_context_applies(context)
     _check_options(request.run, request.models)

@@ -1,6 +1,6 @@
-"""``madengine clean``, which every ``madengine run`` also does first: remove the containers and
-stop the local processes that runs whose madengine process is gone left behind (a SIGKILL, an
-engine that could not remove a container in time), and say so. See
+"""``madengine clean``, which every ``madengine run`` also does first (:func:`reap`), whatever its
+executor: remove the containers and stop the local processes that runs whose madengine process is
+gone left behind (a SIGKILL, an engine that could not remove a container in time), and say so. See
 :mod:`madengine.execution.leftovers` for what is judged gone and what is never touched."""
 
 from __future__ import annotations
@@ -41,6 +41,32 @@ def clean(environ: Mapping[str, str], reporter: Reporter) -> CleanSummary:
     if engine is None:
         summary.containers_unchecked = unchecked
     return summary
+
+
+#: how long a run that needs no engine (local, Slurm, Kubernetes) waits for one to answer before
+#: it reaps without it: such a run must not wait on an engine that is down or hangs
+REAP_PING = 2.0
+#: each engine call of that reaping (a forced removal of a running container takes a moment)
+REAP_CALL = 10.0
+
+
+def reap(engine: Any, environ: Mapping[str, str], reporter: Reporter) -> CleanSummary:
+    """What every run does before its models: :func:`remove_leftovers` with the run's ``engine``,
+    or (a run that needs none) the engine ``DOCKER_HOST`` names when it answers within
+    :data:`REAP_PING` seconds: a container a SIGKILLed docker run left is removed by the next run of
+    any executor. Without an engine, only processes are looked at, and nothing is said about it."""
+    if engine is None:
+        engine = _answering_engine(environ)
+    return remove_leftovers(engine, reporter)
+
+
+def _answering_engine(environ: Mapping[str, str]) -> Any:
+    from madengine.execution.docker import connect
+
+    try:
+        return connect(environ, timeout=REAP_PING).bounded(REAP_CALL)
+    except ServiceError:
+        return None
 
 
 def remove_leftovers(engine: Any, reporter: Reporter) -> CleanSummary:

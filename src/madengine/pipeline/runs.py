@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator
 
 from madengine.catalog import model_root
 from madengine.context import Context, build_context
+from madengine.context.dockerfiles import HeaderKeys
 from madengine.core.errors import InputError, MadEngineError
 from madengine.core.events import FINISH, RESULT, START, Progress, Reporter
 from madengine.core.host import Host
@@ -20,7 +21,7 @@ from madengine.core.ids import machine_name, new_run_id
 from madengine.database.live import LiveRecorder, recorder_url
 from madengine.execution import Executor, ModelRunner
 from madengine.execution.plan import check_ports
-from madengine.pipeline.clean import remove_leftovers
+from madengine.pipeline.clean import reap
 from madengine.pipeline.executors import choose_executor
 from madengine.pipeline.extensions import check_inputs, run_extensions
 from madengine.pipeline.requests import RunRequest
@@ -46,6 +47,8 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
 
         check_executor(selection.models, selection.catalog.root, options.executor)  # before a Slurm job or a pod
     if options.executor == "slurm":
+        if not request.slurm.dry_run:
+            reap(None, host.environ, reporter)
         return _run_on_slurm(request, host, reporter, selection)
     check_writable(Path(options.output), Path(options.runs_dir))
     db_url = recorder_url(options.db_url, host.environ)
@@ -53,6 +56,7 @@ def run(request: RunRequest, host: Host, reporter: Reporter | None = None) -> Ru
     if options.executor == "k8s":
         from madengine.pipeline.kubernetes import run_on_k8s
 
+        reap(None, host.environ, reporter)
         return run_on_k8s(request, host, reporter, selection, _record, recorder)
     run_id = new_run_id()
     run_dir = Path(options.runs_dir) / run_id
@@ -75,7 +79,8 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
          summary: RunSummary, recorder: LiveRecorder | None = None) -> None:
     options = request.run
     with tracer.span(names.SPAN_CONTEXT_DETECTION):
-        context = build_context(context_file=options.context_file, context_string=options.context_string)
+        context = build_context(context_file=options.context_file, context_string=options.context_string,
+                                catalog_keys=HeaderKeys.of(selection.catalog, selection.models))
     for warning in context.warnings():
         reporter.message(f"madengine: warning: {warning}")
     check_inputs(selection.models, options, context, selection.catalog.root, host.environ)
@@ -88,7 +93,7 @@ def _run(request: RunRequest, host: Host, reporter: Reporter, selection: Selecti
         _close(executor, summary, reporter)
         raise
     # what runs whose madengine process is gone left (a SIGKILL): removed now, and said
-    cleaned = remove_leftovers(getattr(executor, "client", None), reporter)
+    cleaned = reap(getattr(executor, "client", None), host.environ, reporter)
     if cleaned.leftovers:
         summary.details["leftovers"] = [leftover.to_json() for leftover in cleaned.leftovers]
     records = RecordFactory(Provenance.of(run_id=summary.run_id, executor=executor.name,

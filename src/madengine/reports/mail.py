@@ -18,6 +18,7 @@ from pathlib import Path
 
 from madengine.core.version import __version__
 from madengine.core.errors import CredentialError, InputError, ServiceError
+from madengine.core.inputfile import check_input
 from madengine.core.redact import redact
 from madengine.reports.render import environment, rows_view, summary_cards, write_atomically
 from madengine.reports.summary import Summary, summarize
@@ -54,7 +55,8 @@ def csv_files(folder: Path) -> list[Path]:
     folder = Path(folder)
     if not folder.exists():
         raise InputError("file or folder not found", path=str(folder), hint="give a perf.csv or a folder of CSV files")
-    if folder.is_file():
+    if not folder.is_dir():
+        check_input(folder)
         return [folder]
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".csv" and p.is_file())
     if not files:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterator
 
 from madengine.core.errors import InputError
+from madengine.core.inputfile import open_input
 from madengine.results.perfcsv import csv_input_errors
 
 # perf.csv cells can hold whole JSON contexts and command lines; the csv default (128 KiB) is too small
@@ -69,7 +70,7 @@ class PerfTable:
 def load_table(path: Path, *, require: tuple[str, ...] = ("model",)) -> PerfTable:
     """Read a perf.csv-like file; :class:`InputError` when it is missing or malformed."""
     path = Path(path)
-    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
+    with csv_input_errors(path), open_input(path, text=True) as handle:
         return _read(path, csv.reader(handle, strict=True), require)
 
 

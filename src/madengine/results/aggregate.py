@@ -310,7 +310,7 @@ def _job_row(rows: Mapping[int, Mapping[str, str]], shape: JobShape) -> dict[str
         row["test_duration"] = f"{max(durations):.3f}"  # the job took as long as its slowest node
     failed = {node: r.get("reason", "") for node, r in rows.items() if r.get("status") == "FAILURE"}
     missing = [node for node in range(shape.nnodes) if node not in rows]
-    if failed:  # a node without a row most likely ended first (it could not even record)
+    if failed:
         failed.update({node: _NO_ROW for node in missing})
         return _failed(row, _failure_reason(failed))
     if all(r.get("status") == "SKIPPED" for r in rows.values()):
@@ -332,13 +332,16 @@ def _failed(row: dict[str, str], reason: str) -> dict[str, str]:
 
 
 def _failure_reason(failed: Mapping[int, str]) -> str:
-    """The failed nodes' reasons, the first failure first: one that names a rank (a rank that
-    failed, or still ran when the job was ended: the hung one) or a node that could not even
-    record, then one that does not follow another's (a peer gone, a stop from outside), then by
-    node rank."""
-    def order(node: int) -> tuple[bool, bool, int]:
+    """The failed nodes' reasons, the first failure first, whatever the order the nodes ended in:
+    one that names a rank (a rank that failed, or still ran when the job was ended: the hung one),
+    then one that does not follow another's (a peer gone, a stop from outside), then a node that
+    wrote no row (it could not even record, or was killed once a peer had failed: Slurm's
+    --kill-on-bad-exit ends a node's madengine before it records when it takes longer than
+    KillWait), then by node rank."""
+    def order(node: int) -> tuple[bool, bool, bool, int]:
         reason = failed[node]
-        return not (_NAMES_A_RANK.search(reason) or reason == _NO_ROW), any(m in reason for m in _FOLLOWS), node
+        return (not _NAMES_A_RANK.search(reason), any(m in reason for m in _FOLLOWS), reason == _NO_ROW,
+                node)
 
     def said(node: int) -> str:
         reason = failed[node] or "failed"

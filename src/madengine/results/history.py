@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+from madengine.core.errors import MadEngineError
+from madengine.core.inputfile import open_input
 from madengine.results.columns import Status
 from madengine.results.parsing import as_number
 from madengine.results.perfcsv import read_header
@@ -22,7 +24,7 @@ def _tail_rows(path: Path) -> list[dict[str, str]]:
     header = read_header(path)
     if not header:
         return []
-    with open(path, "rb") as handle:
+    with open_input(path) as handle:
         handle.seek(0, os.SEEK_END)
         size = handle.tell()
         handle.seek(max(0, size - TAIL_BYTES))
@@ -45,7 +47,7 @@ def earlier_durations(perf_csv: Path, models: Iterable[str]) -> dict[str, float]
     durations: dict[str, float] = {}
     try:
         rows = _tail_rows(Path(perf_csv))
-    except (OSError, ValueError, csv.Error):
+    except (OSError, ValueError, csv.Error, MadEngineError):
         return {}
     for row in rows:
         name = row.get("model", "")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence, TextIO
 
 from madengine.core.errors import InputError
+from madengine.core.inputfile import check_input, open_input, require_regular
 from madengine.results.columns import ALL_COLUMNS
 from madengine.results.record import PerfRecord
 
@@ -34,7 +35,13 @@ def locked(path: Path) -> Iterator[TextIO]:
     """``path`` opened for appending (created if missing) under an exclusive inter-process lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
+        check_input(path, missing=None)  # a FIFO or a device is never opened (a FIFO's read never ends)
         handle = open(path, "a+", newline="", encoding="utf-8")
+        try:
+            require_regular(os.fstat(handle.fileno()).st_mode, str(path))  # swapped in after the check
+        except InputError:
+            handle.close()
+            raise
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             current = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
@@ -95,14 +102,27 @@ def csv_rows(handle) -> Iterator[list[str]]:
     return csv.reader(handle, strict=True)
 
 
+#: the longest header line read (a perf.csv of every column is a few KiB)
+HEADER_LIMIT = 1 << 20
+
+
 def read_header(path: Path) -> list[str]:
     """The column names of an existing CSV (whitespace stripped); [] when missing or empty."""
     path = Path(path)
-    if not path.exists():
+    if not check_input(path, missing=None):
         return []
-    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
-        first = handle.readline()
+    with csv_input_errors(path), open_input(path, text=True) as handle:
+        first = _header_line(handle, path)
         return _parse_header_line(first) if first.strip() else []
+
+
+def _header_line(handle: TextIO, path: Path) -> str:
+    """The first line of a CSV, read no further than :data:`HEADER_LIMIT` characters."""
+    first = handle.readline(HEADER_LIMIT)
+    if len(first) >= HEADER_LIMIT and not first.endswith("\n"):
+        raise InputError(f"the first line is longer than {HEADER_LIMIT >> 20} MiB: not a CSV header", path=str(path),
+                         hint="name a perf.csv")
+    return first
 
 
 def read_rows(path: Path, *, require: Sequence[str] = (), hint: str | None = None) -> list[dict[str, str]]:
@@ -112,7 +132,7 @@ def read_rows(path: Path, *, require: Sequence[str] = (), hint: str | None = Non
     more cells than the header is an error naming its line.
     """
     path = Path(path)
-    with csv_input_errors(path), open(path, newline="", encoding="utf-8") as handle:
+    with csv_input_errors(path), open_input(path, text=True) as handle:
         reader = csv_rows(handle)
         header = [name.strip() for name in next(reader, [])]
         missing = [name for name in require if name not in header]
@@ -169,7 +189,7 @@ def append_rows(path: Path, rows: Iterable[dict[str, str]]) -> Path:
     rows = list(rows)
     with csv_input_errors(path), locked(path) as handle:  # a folder or a non-UTF-8 file: one-line error
         handle.seek(0)
-        first = handle.readline()
+        first = _header_line(handle, path)
         header = _parse_header_line(first) if first.strip() else []
         text = ""
         if not header:
@@ -200,8 +220,7 @@ def append_records(path: Path, records: Iterable[PerfRecord]) -> Path:
 def check_writable(perf_csv: Path, runs_dir: Path) -> None:
     """Before anything runs: perf.csv and the runs folder can take results (else exit 2)."""
     perf_csv, runs_dir = Path(perf_csv), Path(runs_dir)
-    if perf_csv.is_dir():
-        raise InputError("is a folder, not a perf.csv file", path=str(perf_csv), hint="name a file with -o/--output")
+    check_input(perf_csv, missing=None)
     for folder, what in ((perf_csv.parent, str(perf_csv)), (runs_dir, str(runs_dir))):
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from madengine.core.errors import ConfigError, ContextError
+from madengine.core.inputfile import check_input
 from madengine.core.jsonio import read_json_file
 
 BUNDLED_TOOLS_JSON = Path(__file__).resolve().with_name("tools.json")
@@ -75,11 +76,10 @@ def tools_json_path(tools_json_file_name: str | None, root: Path) -> Path | None
     """The repository's tools file: the flag's file (which must exist), else ``<root>/tools.json``."""
     if tools_json_file_name:
         path = Path(tools_json_file_name)
-        if not path.is_file():
-            raise ConfigError("file not found", path=str(path), hint="check --tools-json-file-name")
+        check_input(path, error=ConfigError, hint="check --tools-json-file-name")
         return path
     default = Path(root) / "tools.json"
-    return default if default.is_file() else None
+    return default if check_input(default, error=ConfigError, missing=None) else None
 
 
 def load_tools(tools_json_file_name: str | None, root: Path) -> dict[str, ToolDef]:

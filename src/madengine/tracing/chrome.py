@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core import jsonio
+from madengine.core.inputfile import MAX_RECORD_BYTES
 from madengine.core.errors import InputError
 from madengine.core.redact import redact
 from madengine.tracing.tracer import STATUS_ERROR, STATUS_UNSET, Span, TraceSnapshot
@@ -165,7 +166,7 @@ def write_document(path: Path, doc: Mapping[str, Any]) -> Path:
 
 def read_document(path: Path, *, shown: str | None = None) -> dict[str, Any]:
     """A trace.json as a dict, or one :class:`InputError` naming the file."""
-    doc = jsonio.read_json_file(path, shown=shown, missing="trace file not found")
+    doc = jsonio.read_json_file(path, shown=shown, missing="trace file not found", limit=MAX_RECORD_BYTES)
     if isinstance(doc, list):  # the JSON array form of the format
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from madengine.core import jsonio
 from madengine.core.errors import InputError
+from madengine.core.inputfile import MAX_RECORD_BYTES
 from madengine.tracing.names import ATTR_ORT_NODE, ATTR_ORT_OP_TYPE, ATTR_ORT_PROVIDER, ATTR_ORT_RUN_INDEX, \
     SPAN_ORT_MODEL_RUN
 from madengine.tracing.propagation import new_span_id
@@ -42,7 +43,7 @@ def load_ort_events(source: Path | Sequence[Any]) -> list[dict[str, Any]]:
     events: Any = source
     if isinstance(source, (str, Path)):
         try:
-            events = jsonio.read_json_file(source, shown=str(source))
+            events = jsonio.read_json_file(source, shown=str(source), limit=MAX_RECORD_BYTES)
         except InputError:
             return []
     if isinstance(events, dict):
