@@ -47,8 +47,8 @@ KEY_LAUNCHERS = {
 }
 _SECTIONS = {"deepspeed": ("hostfile",), "sglang_disagg": ("prefill_nodes", "decode_nodes"),
              "primus": ("config_path", "cli_extra", "backend")}
-KNOWN_KEYS = ("launcher", "nnodes", "nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "port", "tensor_parallel_size",
-              "pipeline_parallel_size", "context_parallel_size", *_SECTIONS)
+KNOWN_KEYS = ("launcher", "nnodes", "nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "port",
+              "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size", *_SECTIONS)
 #: Primus's BACKEND by the launcher word a model name starts with after ``primus_pretrain/`` (the
 #: reference's naming: ``primus_pretrain/torchtitan_MI300X_qwen3_4B-pretrain``); MaxText is spelled
 #: as Primus's run scripts expect it
@@ -97,8 +97,8 @@ class DistributedSpec:
         """The spec as a ``distributed`` block (keys that are set only); ``check_block`` and
         ``spec_from_block`` of it give the spec back."""
         block: dict[str, Any] = {"launcher": self.launcher, "nnodes": self.nnodes}
-        for key in ("nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "tensor_parallel_size", "pipeline_parallel_size",
-                    "context_parallel_size"):
+        for key in ("nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "tensor_parallel_size",
+                    "pipeline_parallel_size", "context_parallel_size"):
             if getattr(self, key) is not None:
                 block[key] = getattr(self, key)
         if self.hostfile:
