@@ -315,8 +315,9 @@ _BLOCKS = st.one_of(
     st.none(),
     st.fixed_dictionaries({"launcher": st.sampled_from([l for l in LAUNCHERS if l != "sglang-disagg"]),
                            "nnodes": st.integers(1, 4)},
-                          optional={"nproc_per_node": st.integers(1, 8), "master_port": st.integers(1024, 65535),
-                                    "backend": st.sampled_from(["nccl", "gloo"])}),
+                          optional={"nproc_per_node": st.integers(1, 8) | st.just("auto"),
+                                    "cpu_nproc_per_node": st.integers(1, 8), "master_port": st.integers(1024, 65535),
+                                    "backend": st.sampled_from(["nccl", "gloo", "auto"])}),
     st.fixed_dictionaries({"launcher": st.just("sglang-disagg"), "nnodes": st.integers(3, 5)}))
 
 
