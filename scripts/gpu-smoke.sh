@@ -4,11 +4,12 @@
 # registry and no Docker):
 #   1. a virtual environment over the host's Python (its PyTorch stays visible), madengine installed
 #      there from the wheels, offline;
-#   2. madengine doctor --json (the local executor's view, the models of step 3 selected);
+#   2. madengine doctor --json (the local executor's view, the models of steps 3 and 4 selected);
 #   3. pyt_bert_inference and pyt_gpt2_generate, small sizes, --executor local, with the GPU sampler
 #      (memory and utilisation through nvidia-ml-py or amd-smi) on the run;
-#   4. pyt_resnet50_train as a 1-node torchrun job over the GPU's collective backend (NCCL, RCCL on
-#      ROCm), one rank per visible GPU (at most 8); on a CPU host 2 ranks over gloo.
+#   4. pyt_resnet50_train as a 1-node torchrun job as its models.json block has it: one rank per
+#      visible GPU over the GPU's collective backend (NCCL, RCCL on ROCm); on a CPU host 2 ranks
+#      over gloo.
 # Every row goes to OUT/perf.csv, the doctor's JSON to OUT/doctor.json, each step's output to
 # OUT/logs/, the runs' artifacts to OUT/runs/ and a summary to OUT/summary.txt. On a CPU-only host
 # the same steps run on the CPU and it says so; a GPU-only step that cannot run says so in one line.
@@ -98,18 +99,14 @@ if [ -z "$torch_gpus" ]; then
   failed+=(pytorch)
   torch_gpus=0
 fi
+distributed='{}'  # the torchrun job's block as models.json has it ("auto": the GPUs madengine sees)
 if [ "$torch_gpus" -gt 0 ]; then
-  ranks=$(( torch_gpus < 8 ? torch_gpus : 8 ))
-  backend=nccl
-  say "GPU host: $vendor, $ngpus GPU(s) detected, PyTorch sees $torch_gpus; the torchrun job gets $ranks rank(s) over $backend"
+  say "GPU host: $vendor, $ngpus GPU(s) detected, PyTorch sees $torch_gpus; the torchrun job gets one rank per GPU over nccl"
+elif [ "$vendor" = CPU ]; then
+  say "CPU-only host: every step runs on the CPU (2 gloo ranks for the torchrun job, no GPU sampler)"
 else
-  ranks=2
-  backend=gloo
-  if [ "$vendor" = CPU ]; then
-    say "CPU-only host: every step runs on the CPU (gloo for the torchrun job, no GPU sampler)"
-  else
-    say "WARN $vendor host with $ngpus GPU(s), but PyTorch sees none (a CPU build?): every step runs on the CPU"
-  fi
+  distributed='{"backend": "gloo"}'  # its ranks run on the CPU: nccl would refuse them
+  say "WARN $vendor host with $ngpus GPU(s), but PyTorch sees none (a CPU build?): every step runs on the CPU"
 fi
 if "$py" "$("$py" -c 'import madengine, os; print(os.path.dirname(madengine.__file__))')/scripts/tools/gpu_sampler.py" \
     --check >"$out/logs/sampler-check.log" 2>&1; then
@@ -121,10 +118,8 @@ else
 fi
 
 # -- 2. doctor ------------------------------------------------------------------------------------------------
-# the models of step 3; step 4's job runs under a context of its own (one rank per GPU), which a
-# doctor with pyt_resnet50_train's own two ranks would refuse on a one-GPU host
-"${mad[@]}" doctor --json --executor local --tags pyt_bert_inference pyt_gpt2_generate >"$out/doctor.json" \
-  2>"$out/logs/doctor.log"
+"${mad[@]}" doctor --json --executor local --tags pyt_bert_inference pyt_gpt2_generate pyt_resnet50_train \
+  --additional-context "{\"distributed\": $distributed}" >"$out/doctor.json" 2>"$out/logs/doctor.log"
 code=$?
 say "doctor: exit $code, $(tail -n1 "$out/logs/doctor.log")"
 [ "$code" = 0 ] || failed+=(doctor)
@@ -141,8 +136,7 @@ run_models() {  # NAME CONTEXT TAGS...
 }
 run_models models "{\"tools\": $tools}" \
   pyt_bert_inference:iterations=5:warmup=1 pyt_gpt2_generate:new-tokens=8:runs=2
-run_models torchrun "{\"tools\": $tools, \"distributed\": {\"nproc_per_node\": $ranks, \"backend\": \"$backend\"}}" \
-  pyt_resnet50_train:steps=2:warmup-steps=1
+run_models torchrun "{\"tools\": $tools, \"distributed\": $distributed}" pyt_resnet50_train:steps=2:warmup-steps=1
 
 # -- the rows --------------------------------------------------------------------------------------------------
 if [ -f "$out/perf.csv" ]; then
@@ -156,7 +150,8 @@ with open(sys.argv[1], newline="") as handle:
         sampled = ", ".join(f"{k}={row[k]}" for k in ("vram_peak_mb", "gpu_util_mean", "power_mean_w",
                                                        "cpu_util_mean") if row.get(k))
         print(f"row {row['model']}: {row['status']} {row['performance']} {row['metric']} "
-              f"[{gpu}] launcher={row.get('launcher', '')} world_size={row.get('world_size', '')} {sampled} "
+              f"[{gpu}] launcher={row.get('launcher', '')} world_size={row.get('world_size', '')} "
+              f"dist_backend={row.get('dist_backend', '')} {sampled} "
               f"{row.get('reason', '')}".rstrip())
 EOF
   tail -n +1 "$out/summary.txt" | grep '^row ' >&2

@@ -216,15 +216,20 @@ def test_nvidia_host_stand_in(stand_in_tools, tmp_path):
     assert found["driver"]["data"]["gpus"][3]["bus_id"] == "00000000:5D:00.0"
     assert found["devices"]["status"] == "FAIL" and "--gpus all" in found["devices"]["fix"]  # no /dev/nvidia* here
     assert found["model pyt_resnet50_train"]["status"] == "PASS"
-    assert "torchrun with 2 rank(s) on GPU(s) 0,1" in found["model pyt_resnet50_train"]["summary"]
+    # its "auto" block: one rank per visible GPU, over NCCL
+    assert "torchrun with 4 rank(s) on GPU(s) 0,1,2,3 (nccl)" in found["model pyt_resnet50_train"]["summary"]
     assert report["context"]["gpu_driver_version"] == "550.54.15"
     assert code == 1 and report["exit_code"] == 1
 
 
-def test_one_gpu_is_too_few_for_a_two_rank_job(stand_in_tools):
+def test_one_gpu_gets_one_rank_and_an_explicit_two_is_refused(stand_in_tools):
     stand_in_tools("nvidia-smi", FAKE_NVIDIA_SMI)
     code, report, _ = doctor_json("--no-collective", "--executor", "local", "--tags", "pyt_resnet50_train",
                                   "--additional-context", '{"docker_gpus": "0"}')
+    model = by_name(report)["model pyt_resnet50_train"]
+    assert model["status"] == "PASS" and "torchrun with 1 rank(s) on GPU(s) 0 (nccl)" in model["summary"]
+    code, report, _ = doctor_json("--no-collective", "--executor", "local", "--tags", "pyt_resnet50_train",
+                                  "--additional-context", '{"docker_gpus": "0", "distributed": {"nproc_per_node": 2}}')
     model = by_name(report)["model pyt_resnet50_train"]
     assert code == 1 and model["status"] == "FAIL"
     assert "nproc_per_node 2 is more than the 1 visible GPU(s)" in model["summary"] and "set it to 1" in model["fix"]

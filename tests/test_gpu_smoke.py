@@ -1,8 +1,8 @@
 """``scripts/gpu-smoke.sh`` end to end on this CPU host, from a folder ``scripts/gpu-wheels.sh``
 filled (madengine's wheel, its dependencies, nvidia-ml-py, transformers), over this interpreter's
-PyTorch: the doctor's JSON, the pyt_* models on the CPU, a 2-rank gloo torchrun job, every row in
-one folder. No GPU here: the GPU steps say in one line that they cannot run (the sampler), or run
-on the CPU (the collective, the models)."""
+PyTorch: the doctor's JSON, the pyt_* models on the CPU, a 2-rank gloo torchrun job (the bundled
+ResNet's own "auto" block, no override), every row in one folder. No GPU here: the GPU steps say in
+one line that they cannot run (the sampler), or run on the CPU (the collective, the models)."""
 
 from __future__ import annotations
 
@@ -58,14 +58,17 @@ def test_gpu_smoke_runs_every_step_on_the_cpu_here(wheels, tmp_path):
     sampler = [line for line in summary.splitlines() if line.startswith("GPU sampler:")]
     assert len(sampler) == 1 and "skipped, no GPU monitoring backend answers here" in sampler[0]
     doctor = json.loads((out / "doctor.json").read_text())
-    assert doctor["exit_code"] == 0 and {"docker", "collective", "model pyt_bert_inference"} <= {
-        check["name"] for check in doctor["checks"]}
+    checks = {check["name"]: check for check in doctor["checks"]}
+    assert doctor["exit_code"] == 0 and {"docker", "collective", "model pyt_bert_inference"} <= set(checks)
+    # the torchrun job as models.json has it, no override: 2 gloo ranks on a CPU host
+    assert "torchrun with 2 rank(s) on the CPU (gloo)" in checks["model pyt_resnet50_train"]["summary"]
     rows = read_rows(out / "perf.csv")
     assert {row["status"] for row in rows} == {"SUCCESS"}, [(r["model"], r["reason"]) for r in rows]
     models = {row["model"] for row in rows}
     assert {"pyt_bert_inference_throughput", "pyt_gpt2_generate_tokens_per_second", "pyt_resnet50_train"} <= models
     job = next(row for row in rows if row["model"] == "pyt_resnet50_train")
-    assert (job["launcher"], job["world_size"], job["executor"]) == ("torchrun", "2", "local")
+    assert (job["launcher"], job["world_size"], job["executor"], job["dist_backend"]) == \
+        ("torchrun", "2", "local", "gloo")
     for row in rows:
         context = json.loads(row["context"])
         assert (context["gpu_vendor"], context["system_ngpus"]) == ("CPU", 0) and "gpu_driver_version" in context

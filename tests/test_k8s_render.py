@@ -162,6 +162,32 @@ def _job(**more) -> list[dict]:
     return render_job(inputs, K8sSettings()).objects
 
 
+@pytest.mark.parametrize("k8s, vendor, ranks, backend", [
+    ({"gpu_count": 4}, "AMD", 4, "nccl"), ({"gpu_count": 1}, "NVIDIA", 1, "nccl"), ({}, "CPU", 2, "gloo")])
+def test_an_auto_block_runs_a_rank_per_gpu_the_pod_asks_for(k8s, vendor, ranks, backend):
+    """pyt_resnet50_train's block on a cluster: k8s.gpu_count GPUs per pod, a rank on each over nccl;
+    a CPU pod runs cpu_nproc_per_node ranks over gloo."""
+    from madengine.catalog.schema import model_from_entry
+    from madengine.context.context import Context
+    from madengine.k8s.plan import gpu_count, gpu_resource
+
+    block = {"launcher": "torchrun", "nproc_per_node": "auto", "cpu_nproc_per_node": 2, "backend": "auto"}
+    model = model_from_entry({"name": "m", "scripts": "run.sh", "n_gpus": "-1", "distributed": block}, source="t")
+    spec, settings_ = parse_distributed(block, source="t"), k8s_settings(k8s)
+    resource = gpu_resource(settings_, Context({"gpu_vendor": vendor}))
+    inputs = JobInputs(model_name="m", label="m", image_key="ci-m_base", image="reg.example/ci-m:1",
+                       argv=("bash", "run.sh"), files={"run.sh": b"echo hi\n"}, env={}, run_id="r1", namespace="ns",
+                       spec=spec, gpu_count=gpu_count(model, spec, settings_, resource), gpu_resource=resource,
+                       timeout=60, secret_env={})
+    job = render_job(inputs, settings_)
+    container = job.object("Job")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["NPROC_PER_NODE"], env["MAD_DISTRIBUTED_BACKEND"]) == (str(ranks), backend)
+    assert env["MAD_MULTI_NODE_RUNNER"] == f"torchrun --standalone --nproc_per_node={ranks}"
+    asked = container["resources"].get("limits", {})
+    assert (asked.get(resource) if resource else asked) == (str(ranks) if resource else {})
+
+
 def _broken(change) -> list[str]:
     objects = copy.deepcopy(_job())
     change({o["kind"]: o for o in objects})
@@ -289,8 +315,9 @@ _BLOCKS = st.one_of(
     st.none(),
     st.fixed_dictionaries({"launcher": st.sampled_from([l for l in LAUNCHERS if l != "sglang-disagg"]),
                            "nnodes": st.integers(1, 4)},
-                          optional={"nproc_per_node": st.integers(1, 8), "master_port": st.integers(1024, 65535),
-                                    "backend": st.sampled_from(["nccl", "gloo"])}),
+                          optional={"nproc_per_node": st.integers(1, 8) | st.just("auto"),
+                                    "cpu_nproc_per_node": st.integers(1, 8), "master_port": st.integers(1024, 65535),
+                                    "backend": st.sampled_from(["nccl", "gloo", "auto"])}),
     st.fixed_dictionaries({"launcher": st.just("sglang-disagg"), "nnodes": st.integers(3, 5)}))
 
 

@@ -5,6 +5,7 @@ accepts round-trips)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -16,7 +17,7 @@ from madengine.core.errors import ExitStatus, InputError, LaunchError
 from madengine.execution.plan import check_distributed, distributed_spec, job_node, plan_launch, resolve_gpus
 from madengine.launch import (BACKENDS, LAUNCHERS, DistributedSpec, check_block, merge_blocks, parse_distributed,
                               spec_from_block)
-from madengine.launch.spec import KEY_LAUNCHERS, LAUNCHER_ALIASES, MAX_NODES
+from madengine.launch.spec import KEY_LAUNCHERS, LAUNCHER_ALIASES, MAX_NODES, MAX_PROCS_PER_NODE
 
 
 def parse(block):
@@ -30,6 +31,10 @@ def test_defaults_and_reference_spellings():
     assert (spec.launcher, spec.nnodes, spec.nproc_per_node, spec.backend, spec.master_port) == \
         ("megatron-lm", 2, 8, "nccl", 29600)
     assert parse({"launcher": "sglang_disagg", "nnodes": 3}).launcher == "sglang-disagg"
+    # "auto" is what leaving them out means: the node decides (one rank per GPU, nccl with GPUs)
+    spec = parse({"nproc_per_node": " Auto", "backend": "AUTO", "cpu_nproc_per_node": "2"})
+    assert (spec.nproc_per_node, spec.backend, spec.cpu_nproc_per_node) == (None, None, 2)
+    assert spec == parse({"cpu_nproc_per_node": 2})
 
 
 def test_launcher_sections():
@@ -60,7 +65,11 @@ def test_sglang_disagg_split(nnodes, split, expected):
     ({"nnodes": "two"}, "distributed.nnodes", ["'two'"]),
     ({"nnodes": 1.5}, "distributed.nnodes", ["1.5"]),
     ({"nnodes": True}, "distributed.nnodes", ["True"]),
-    ({"nproc_per_node": 0}, "distributed.nproc_per_node", ["from 1 to"]),
+    ({"nproc_per_node": 0}, "distributed.nproc_per_node", ["from 1 to", '"auto"']),
+    ({"nproc_per_node": "gpu"}, "distributed.nproc_per_node", ["'gpu'", '"auto"']),
+    ({"cpu_nproc_per_node": 0}, "distributed.cpu_nproc_per_node", ["from 1 to"]),
+    ({"cpu_nproc_per_node": "auto"}, "distributed.cpu_nproc_per_node", ["'auto'"]),
+    ({"backend": "automatic"}, "distributed.backend", ["unknown backend", "auto", *BACKENDS]),
     ({"master_port": 70000}, "distributed.master_port", ["TCP port"]),
     ({"port": 1, "master_port": 2}, "distributed.port", ["differ"]),
     ({"backend": "tcp"}, "distributed.backend", ["unknown backend", *BACKENDS]),
@@ -140,6 +149,44 @@ def test_nproc_per_node_above_the_visible_gpus_is_refused():
     assert resolve_gpus(model, Context({"gpu_vendor": "NVIDIA", "system_ngpus": 8})) == [0, 1, 2, 3]
 
 
+def _bundled(name):
+    """A model of the repository's own models.json."""
+    entries = json.loads((Path(__file__).parent.parent / "models.json").read_text())
+    return model_from_entry(next(e for e in entries if e["name"] == name), source="models.json")
+
+
+@pytest.mark.parametrize("context, gpus, ranks, backend", [
+    ({"gpu_vendor": "CPU"}, [], 2, "gloo"),
+    ({"gpu_vendor": "NVIDIA", "system_ngpus": 1}, [0], 1, "nccl"),
+    ({"gpu_vendor": "AMD", "system_ngpus": 8}, list(range(8)), 8, "nccl"),
+    ({"gpu_vendor": "AMD", "system_ngpus": 8, "docker_gpus": "2,5"}, [2, 5], 2, "nccl"),
+    ({"gpu_vendor": "NVIDIA", "system_ngpus": 8, "n_gpus": "4"}, [0, 1, 2, 3], 4, "nccl"),
+])
+def test_the_bundled_ddp_model_runs_one_rank_per_visible_gpu(context, gpus, ranks, backend):
+    """pyt_resnet50_train's "auto" block, resolved where the GPUs are known (the context's detection,
+    stood in here: no GPU on this host): every visible GPU gets a rank over nccl (RCCL on ROCm); a
+    CPU host runs its 2 ranks over gloo."""
+    model, context = _bundled("pyt_resnet50_train"), Context(context)
+    check_distributed([model], context, {})
+    assert resolve_gpus(model, context) == gpus
+    launch = plan_launch(model, context, gpus, "/myworkspace", {})
+    assert launch.runner == ("torchrun", "--standalone", f"--nproc_per_node={ranks}")
+    assert (launch.nproc_per_node, launch.backend, launch.env["MAD_DISTRIBUTED_BACKEND"]) == (ranks, backend, backend)
+
+
+def test_an_explicit_rank_count_still_wins_over_auto():
+    model, one_gpu = _bundled("pyt_resnet50_train"), {"gpu_vendor": "NVIDIA", "system_ngpus": 1}
+    two = {"distributed": check_block({"nproc_per_node": 2, "backend": "gloo"}, source="c")}
+    with pytest.raises(LaunchError, match="nproc_per_node 2 is more than the 1 visible GPU"):
+        check_distributed([model], Context({**one_gpu, **two}), {})
+    cpu = Context({"gpu_vendor": "CPU", **two})
+    launch = plan_launch(model, cpu, resolve_gpus(model, cpu), "/myworkspace", {})
+    assert (launch.nproc_per_node, launch.backend) == (2, "gloo")
+    # and a context's "auto" clears a model's count back to the node's
+    auto = Context({**one_gpu, "distributed": check_block({"nproc_per_node": "auto"}, source="c")})
+    assert distributed_spec(_model({"nproc_per_node": 4}, n_gpus="-1"), auto).nproc_per_node is None
+
+
 def test_what_only_a_placement_shows_is_checked_before_the_run():
     model = _model({"launcher": "megatron-lm", "nproc_per_node": 3, "tensor_parallel_size": 2})
     with pytest.raises(LaunchError, match="do not divide the world size 3") as caught:
@@ -172,7 +219,7 @@ def test_a_multi_node_job_needs_a_multi_node_executor():
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
                            lambda children: st.lists(children, max_size=3)
                            | st.dictionaries(st.text(max_size=8), children, max_size=3), max_leaves=8)
-keys = st.sampled_from(["launcher", "nnodes", "nproc_per_node", "backend", "master_port", "port",
+keys = st.sampled_from(["launcher", "nnodes", "nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "port",
                         "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size", "deepspeed",
                         "sglang_disagg", "primus", "other"])
 launcher_names = st.sampled_from([*LAUNCHERS, *LAUNCHER_ALIASES, "Torchrun", " vllm "])
@@ -185,7 +232,8 @@ def _block_values(key):
         return st.dictionaries(st.sampled_from(["hostfile", "prefill_nodes", "decode_nodes", "config_path",
                                                 "cli_extra", "backend", "x"]),
                                st.integers(-2, 9) | st.text(max_size=10) | st.none(), max_size=3) | json_values
-    return st.integers(-5, 70000) | st.sampled_from(["2", "nccl", "gloo", "rccl", "1.0", ""]) | json_values
+    return st.integers(-5, 70000) | st.sampled_from(["2", "nccl", "gloo", "rccl", "1.0", "", "auto", " AUTO"]) \
+        | json_values
 
 
 blocks = st.lists(keys, max_size=6, unique=True).flatmap(
@@ -254,6 +302,23 @@ def test_nnodes_is_a_whole_number_of_one_or_more(value):
     assert not isinstance(value, bool)
 
 
+@given(st.sampled_from(["nproc_per_node", "backend"]),
+       st.text(" \t", max_size=2), st.sampled_from(["auto", "AUTO", "Auto", "aUtO"]), st.text(" \t", max_size=2))
+def test_auto_in_any_case_is_what_leaving_the_key_out_means(key, before, word, after):
+    assert parse({key: before + word + after}) == parse({})
+
+
+@given(st.integers() | st.floats() | st.text(max_size=8) | st.booleans())
+def test_nproc_per_node_is_a_count_or_auto(value):
+    try:
+        spec = parse({"nproc_per_node": value})
+    except LaunchError as exc:
+        assert exc.field == "distributed.nproc_per_node" and '"auto"' in str(exc) and "\n" not in str(exc)
+        return
+    assert spec.nproc_per_node is None or 1 <= spec.nproc_per_node <= MAX_PROCS_PER_NODE
+    assert (spec.nproc_per_node is None) == (isinstance(value, str) and value.strip().lower() == "auto")
+
+
 @given(st.text(max_size=20))
 def test_an_unknown_launcher_lists_the_valid_ones(name):
     try:
@@ -272,7 +337,8 @@ def _valid_block(launcher):
     if launcher == "sglang-disagg":
         required["nnodes"] = st.integers(3, 40)
     common = {"nnodes": counts,
-              "nproc_per_node": counts | st.none(), "backend": st.sampled_from([*BACKENDS, "rccl"]) | st.none(),
+              "nproc_per_node": counts | st.none() | st.just("auto"), "cpu_nproc_per_node": counts | st.none(),
+              "backend": st.sampled_from([*BACKENDS, "rccl", "auto"]) | st.none(),
               "master_port": st.integers(1, 65535) | st.none(), **allowed}
     if launcher == "deepspeed":
         common["deepspeed"] = st.fixed_dictionaries({"hostfile": st.from_regex(r"\A/[a-z0-9_./-]{1,20}\Z")})

@@ -100,6 +100,10 @@ def _truthful(rows) -> None:
     assert [rank["rank"] for rank in ranks] == [0, 1], ranks
     assert all((rank["OMP_NUM_THREADS"], rank["threads"], rank["device"]) == ("1", 1, "cpu") for rank in ranks), ranks
     assert (resnet["device"], resnet["threads"]) == ("cpu", "1")
+    # its "auto" block on a host without GPUs: cpu_nproc_per_node's 2 ranks over gloo, as the ranks said
+    assert (resnet["launcher"], resnet["world_size"], resnet["nproc_per_node"], resnet["dist_backend"]) == \
+        ("torchrun", "2", "2", "gloo"), resnet
+    assert [rank["dist_backend"] for rank in ranks] == ["gloo", "gloo"], ranks
 
 
 def _host_torch() -> None:
@@ -116,12 +120,13 @@ TINY = ["pyt_resnet50_train:arch=resnet18:image-size=32:batch-size=2:steps=2:war
 @pytest.mark.slow
 def test_the_scripts_run_small_on_the_host_and_ddp_runs_two_ranks(tmp_path):
     """The same scripts, scaled down by tag configs, under the local executor; the ResNet one under
-    ``torchrun --standalone --nproc_per_node=2`` handed over as ``MAD_MULTI_NODE_RUNNER``."""
+    ``torchrun --standalone --nproc_per_node=2`` (its block's CPU rank count) handed over as
+    ``MAD_MULTI_NODE_RUNNER``."""
     _host_torch()
     perf, runs = tmp_path / "perf.csv", tmp_path / "runs"
     done = run_process("run", "--tags", *TINY, "--executor", "local", "--perf-csv", str(perf), "--runs-dir",
                        str(runs), "--no-html", cwd=tmp_path,
-                       env={"MODEL_DIR": str(REPO), "MAD_MULTI_NODE_RUNNER": "torchrun --standalone --nproc_per_node=2"})
+                       env={"MODEL_DIR": str(REPO)})
     assert done.returncode == 0, done.stderr[-4000:]
     rows = read_rows(perf)
     assert len(rows) == 1 + 4 + 3 and {row["status"] for row in rows} == {"SUCCESS"}

@@ -108,11 +108,14 @@ def dtype_name(dtype: torch.dtype) -> str:
 def report_run(device: torch.device, computed: torch.dtype) -> None:
     """What madengine reads from every process of a run: what this rank saw (its rank, the threads
     torch uses and ``OMP_NUM_THREADS``, which a launcher such as torchrun sets per rank, its device,
-    torch's version) and the precision the computation actually used (the dtype of its results, not
-    the one asked for)."""
+    torch's version, the collective backend of its process group) and the precision the computation
+    actually used (the dtype of its results, not the one asked for)."""
     seen = {"rank": int(os.environ.get("RANK", "0")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
             "device": str(device), "threads": torch.get_num_threads(),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch_version": torch.__version__}
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        backend = str(torch.distributed.get_backend())
+        seen["dist_backend"] = "rccl" if backend == "nccl" and torch.version.hip else backend  # nccl is RCCL on ROCm
     print("rank_settings: " + json.dumps(seen, sort_keys=True), flush=True)
     print(f"training_precision: {dtype_name(computed)}", flush=True)
 

@@ -12,6 +12,7 @@ import argparse
 import datetime
 import math
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -28,7 +29,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-classes", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 8 on CPU, 50 on GPU)")
     parser.add_argument("--warmup-steps", type=int, default=None, help="untimed steps first (default: 2 / 10)")
-    parser.add_argument("--backend", default="", help="process group backend (default: nccl on GPUs, else gloo)")
+    parser.add_argument("--backend", default="", help="process group backend (default: MAD_DISTRIBUTED_BACKEND, the "
+                        "one madengine's launcher chose, else nccl on GPUs and gloo on the CPU)")
     parser.add_argument("--lr", type=float, default=0.01)
     add_common_args(parser)
     return parser.parse_args()
@@ -38,7 +40,10 @@ def join_group(args: argparse.Namespace, device: torch.device) -> tuple[int, int
     """(rank, world size); the process group is joined only when a launcher started this process."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return 0, 1
-    backend = args.backend or ("nccl" if device.type == "cuda" else "gloo")
+    backend = args.backend or os.environ.get("MAD_DISTRIBUTED_BACKEND") or ("nccl" if device.type == "cuda" else "gloo")
+    if backend in ("nccl", "rccl") and device.type != "cuda":
+        raise SystemExit(f"backend {backend} needs a GPU, and this rank runs on {device} (torch {torch.__version__}): "
+                         "use a GPU build of torch, or distributed.backend gloo")
     dist.init_process_group(backend, timeout=datetime.timedelta(minutes=10))
     return dist.get_rank(), dist.get_world_size()
 
@@ -117,3 +122,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # leave without the interpreter's teardown: gloo's threads can abort it ("terminate called without
+    # an active exception", SIGABRT) after the work is done, which would fail a finished rank
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

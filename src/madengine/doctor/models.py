@@ -19,6 +19,7 @@ from madengine.core.errors import ConfigError, ExecutionError, LaunchError
 from madengine.doctor.checks import FAIL, PASS, WARN, Check
 from madengine.execution.plan import check_distributed, distributed_spec, resolve_gpus
 from madengine.execution.runner import arch_skip_reason
+from madengine.launch import collective_backend, procs_per_node
 
 
 def effective_executor(executor: str, engine_answers: bool) -> str:
@@ -57,8 +58,8 @@ def check_model(model: Model, context: Context, executor: str, root: Path, envir
     where = f"on GPU(s) {','.join(map(str, gpus))}" if gpus else "on the CPU"
     spec = distributed_spec(model, context)
     if spec is not None:
-        ranks = spec.nproc_per_node or len(gpus) or 1
-        where = f"{spec.launcher} with {ranks} rank(s) {where}" + (f" ({spec.backend})" if spec.backend else "")
+        where = f"{spec.launcher} with {procs_per_node(spec, gpus)} rank(s) {where} " \
+            f"({collective_backend(spec, gpus)})"
     if executor == "docker":
         try:
             files = select_dockerfiles(root, model.name, model.dockerfile, context.values)

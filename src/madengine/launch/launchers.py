@@ -271,8 +271,14 @@ _LAUNCH = {"torchrun": _torchrun, "torchtitan": _torchtitan, "megatron-lm": _meg
 
 # -- one node ------------------------------------------------------------------------------------
 def procs_per_node(spec: DistributedSpec, devices: tuple[int, ...] | list[int]) -> int:
-    """Ranks per node: the spec's ``nproc_per_node``, else one per device (1 on a CPU host)."""
-    return spec.nproc_per_node or len(devices) or 1
+    """Ranks per node: the spec's ``nproc_per_node``, else one per device; on a node without
+    devices its ``cpu_nproc_per_node``, else 1."""
+    return spec.nproc_per_node or len(devices) or spec.cpu_nproc_per_node or 1
+
+
+def collective_backend(spec: DistributedSpec, devices: tuple[int, ...] | list[int]) -> str:
+    """The spec's ``backend``, else nccl on a node with GPUs (torch's nccl is RCCL on ROCm), gloo without."""
+    return spec.backend or ("nccl" if devices else "gloo")
 
 
 def _check_placement(spec: DistributedSpec, place: NodePlacement, nproc: int) -> None:
@@ -314,7 +320,7 @@ def node_launch(spec: DistributedSpec, place: NodePlacement) -> NodeLaunch:
     placement the spec cannot use (more ranks than devices, a node list that is missing)."""
     nproc = procs_per_node(spec, place.devices)
     _check_placement(spec, place, nproc)
-    backend = spec.backend or ("nccl" if place.devices else "gloo")
+    backend = collective_backend(spec, place.devices)
     rank_logs = posixpath.join(place.workspace, rank_log_subdir(place.node_rank)) if place.workspace else ""
     node = _Node(spec, place, nproc, backend, rank_logs)
     argv, own_env, files = _LAUNCH[spec.launcher](node)

@@ -28,6 +28,9 @@ DEFAULT_LAUNCHER = "torchrun"
 #: ``torch.distributed`` backends (``rccl`` is what ROCm users call torch's ``nccl``)
 BACKENDS = ("nccl", "gloo", "mpi", "ucc", "xccl")
 BACKEND_ALIASES = {"rccl": "nccl"}
+#: ``nproc_per_node`` and ``backend`` left to the node (as torchrun's ``--nproc_per_node=auto``):
+#: one rank per GPU the run gets, nccl with GPUs and gloo without; the spec holds it as ``None``
+AUTO = "auto"
 MAX_NODES = 100_000
 MAX_PROCS_PER_NODE = 1024
 MAX_PARALLEL_SIZE = 1 << 20
@@ -44,8 +47,8 @@ KEY_LAUNCHERS = {
 }
 _SECTIONS = {"deepspeed": ("hostfile",), "sglang_disagg": ("prefill_nodes", "decode_nodes"),
              "primus": ("config_path", "cli_extra", "backend")}
-KNOWN_KEYS = ("launcher", "nnodes", "nproc_per_node", "backend", "master_port", "port", "tensor_parallel_size",
-              "pipeline_parallel_size", "context_parallel_size", *_SECTIONS)
+KNOWN_KEYS = ("launcher", "nnodes", "nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "port",
+              "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size", *_SECTIONS)
 #: Primus's BACKEND by the launcher word a model name starts with after ``primus_pretrain/`` (the
 #: reference's naming: ``primus_pretrain/torchtitan_MI300X_qwen3_4B-pretrain``); MaxText is spelled
 #: as Primus's run scripts expect it
@@ -60,15 +63,17 @@ SHELL_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 class DistributedSpec:
     """How one model's job is launched, before it is placed on nodes.
 
-    ``None`` means "not given": ``nproc_per_node`` then is one rank per device the run gets (1 on
-    a CPU host), ``backend`` nccl with devices and gloo without, ``master_port`` a free port on
-    one node and 29500 on several; the parallel sizes take each launcher's defaults
-    (docs/distributed.md).
+    ``None`` means "not given" (or ``"auto"``): ``nproc_per_node`` then is one rank per device the
+    run gets (``cpu_nproc_per_node`` on a node without any, else 1), ``backend`` nccl with devices
+    and gloo without, ``master_port`` a free port on one node and 29500 on several; the parallel
+    sizes take each launcher's defaults (docs/distributed.md).
     """
 
     launcher: str = DEFAULT_LAUNCHER
     nnodes: int = 1
     nproc_per_node: int | None = None
+    #: ranks on a node without GPUs when ``nproc_per_node`` is auto (a CPU host's DDP job)
+    cpu_nproc_per_node: int | None = None
     backend: str | None = None
     master_port: int | None = None
     tensor_parallel_size: int | None = None
@@ -92,8 +97,8 @@ class DistributedSpec:
         """The spec as a ``distributed`` block (keys that are set only); ``check_block`` and
         ``spec_from_block`` of it give the spec back."""
         block: dict[str, Any] = {"launcher": self.launcher, "nnodes": self.nnodes}
-        for key in ("nproc_per_node", "backend", "master_port", "tensor_parallel_size", "pipeline_parallel_size",
-                    "context_parallel_size"):
+        for key in ("nproc_per_node", "cpu_nproc_per_node", "backend", "master_port", "tensor_parallel_size",
+                    "pipeline_parallel_size", "context_parallel_size"):
             if getattr(self, key) is not None:
                 block[key] = getattr(self, key)
         if self.hostfile:
@@ -116,6 +121,17 @@ def _count(value: Any, source: str, where: str, key: str, least: int, most: int)
     number = whole_number(value)
     if number is None or not least <= number <= most:
         raise _error(f"must be a whole number from {least} to {most}, got {brief(value)}", source, where, key)
+    return number
+
+
+def _ranks(value: Any, source: str, where: str) -> int | None:
+    """``nproc_per_node``: a whole number of ranks, or ``"auto"`` (``None``: the node decides)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return None
+    number = whole_number(value)
+    if number is None or not 1 <= number <= MAX_PROCS_PER_NODE:
+        raise _error(f'must be a whole number from 1 to {MAX_PROCS_PER_NODE} or "{AUTO}", got {brief(value)}',
+                     source, where, "nproc_per_node", hint=f'"{AUTO}" is one rank per GPU the run gets')
     return number
 
 
@@ -167,11 +183,14 @@ def _value(key: str, value: Any, source: str, where: str) -> Any:
     if key == "nnodes":
         return _count(value, source, where, key, 1, MAX_NODES)
     if key == "nproc_per_node":
+        return _ranks(value, source, where)
+    if key == "cpu_nproc_per_node":
         return _count(value, source, where, key, 1, MAX_PROCS_PER_NODE)
     if key.endswith("_parallel_size"):
         return _count(value, source, where, key, 1, MAX_PARALLEL_SIZE)
     if key == "backend":
-        return _choice(value, source, where, "backend", BACKEND_ALIASES, BACKENDS)
+        name = _choice(value, source, where, "backend", BACKEND_ALIASES, (*BACKENDS, AUTO))
+        return None if name == AUTO else name
     if key in ("master_port", "port"):
         port = port_number(value)
         if port is None:
@@ -182,8 +201,9 @@ def _value(key: str, value: Any, source: str, where: str) -> Any:
 
 def check_block(value: Any, *, source: str, where: str = "distributed") -> dict[str, Any]:
     """One ``distributed`` block as written, checked key by key and normalised (canonical launcher
-    and backend names, whole numbers, ``port`` read as ``master_port``); a key set to ``null`` stays
-    ``None``, so a context can clear a model's value back to the default. Raises
+    and backend names, whole numbers, ``port`` read as ``master_port``); a key set to ``null`` (or
+    ``nproc_per_node``/``backend`` set to ``"auto"``) is ``None``, so a context can clear a model's
+    value back to the default. Raises
     :class:`LaunchError` (exit 2)."""
     if not isinstance(value, Mapping):
         raise LaunchError(f"must be an object, got {brief(value)}", path=source, field=where,
@@ -274,7 +294,8 @@ def spec_from_block(block: Mapping[str, Any], *, source: str, where: str = "dist
     primus = block.get("primus") or {}
     deepspeed = block.get("deepspeed") or {}
     return DistributedSpec(
-        launcher=launcher, nnodes=nnodes, nproc_per_node=block.get("nproc_per_node"), backend=block.get("backend"),
+        launcher=launcher, nnodes=nnodes, nproc_per_node=block.get("nproc_per_node"),
+        cpu_nproc_per_node=block.get("cpu_nproc_per_node"), backend=block.get("backend"),
         master_port=block.get("master_port"), tensor_parallel_size=block.get("tensor_parallel_size"),
         pipeline_parallel_size=block.get("pipeline_parallel_size"),
         context_parallel_size=block.get("context_parallel_size"),

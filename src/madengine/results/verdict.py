@@ -11,7 +11,8 @@ executor (the runner's docker and local runs, and a Kubernetes job's pod, :mod:`
 * the precision the model reported (``training_precision: <name>``) wins over its declaration
   (models.json or a ``precision`` tag config), with a note when they differ (:func:`precision_columns`);
 * what each rank of a job saw (a ``rank_settings: {json}`` line of each process) goes into
-  ``thread_settings`` and fills the row's ``device``, ``threads`` and version columns (:func:`rank_settings`).
+  ``thread_settings`` and fills the row's ``device``, ``threads``, ``dist_backend`` and version
+  columns (:func:`rank_settings`).
 
 Pure: the callers read the files and logs, and decide what a run's values (artifacts, images,
 durations) are. ``model`` is any object with a catalog model's fields (``name``,
@@ -44,7 +45,7 @@ _RANK_LINE = re.compile(rf"^{_LAUNCHER_PREFIX}\s*rank_settings:\s*(\{{.*\}})\s*$
 _RANK_KEYS, _RANK_TEXT = 32, 200
 #: the row columns a distributed job's ranks fill when the model's own table has not (their value, or
 #: each rank's value in rank order when they differ), and every ``<package>_version`` key
-_RANK_COLUMNS = ("device", "threads")
+_RANK_COLUMNS = ("device", "threads", "dist_backend")
 #: the columns of a ``multiple_results`` row that are not extra columns
 _TABLE_COLUMNS = ("model", "performance", "metric", "status", "reason", "tag_configs")
 
@@ -121,8 +122,9 @@ def rank_settings(output: str) -> list[dict[str, Any]]:
 
 
 def rank_columns(ranks: list[dict[str, Any]]) -> dict[str, str]:
-    """The row columns the ranks' reports fill: ``device``, ``threads`` and each ``<name>_version``,
-    the ranks' common value, or every rank's in rank order (``cuda:0,cuda:1``) when they differ."""
+    """The row columns the ranks' reports fill: ``device``, ``threads``, ``dist_backend`` (the
+    collective of a job's process group) and each ``<name>_version``, the ranks' common value, or
+    every rank's in rank order (``cuda:0,cuda:1``) when they differ."""
     names = [key for key in dict.fromkeys(k for report in ranks for k in report)
              if key in _RANK_COLUMNS or key.endswith("_version")]
     columns = {}
