@@ -32,7 +32,7 @@ from madengine.stats.summary import percentile
 from madengine.tracing import NULL_TRACER
 from madengine.tracing.validate import check_trace
 
-pytest.importorskip("aiohttp")
+import aiohttp  # noqa: F401,E402 (the serving extra: installed with [all]; a missing one fails, never skips)
 
 FAST = ("--ttft-ms", "30", "--itl-ms", "3")  # real-time fault tests: short streams
 
