@@ -56,6 +56,12 @@ class Outcome:
     corrected: int = 0  #: relative_change cells the series pass corrected
 
 
+class RepeatsEarlierRow(Exception):
+    """A row read after the rows an earlier import of the same file read is stored at or before that
+    import's last row: it may repeat a row not read this time, whose occurrence number (part of its
+    content key) only a whole read of the file gives."""
+
+
 class ReadAhead:
     """The row batches of a big perf.csv made in a forked child process while this one writes the
     last ones: reading, checking and keying the rows (pure Python, half of an import's work) then
@@ -154,10 +160,12 @@ class Progress:
 
 
 def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int = 0, reporter: Reporter | None = None,
-                what: str = "import", created_date: str | None = None, wait_s: float | None = None) -> Outcome:
+                what: str = "import", created_date: str | None = None, wait_s: float | None = None,
+                earlier_through: int | None = None) -> Outcome:
     """Insert the new rows of ``batches`` (see the module docstring); ``total``: rows to expect, for
     the progress lines; ``wait_s``: how long to wait for another import of the table (the store's own
-    default when None)."""
+    default when None); ``earlier_through``: the rows are what was appended to a file after an earlier
+    import of it, which ended with this row id (:class:`RepeatsEarlierRow`)."""
     created_date = created_date or now_text()
     progress = Progress(reporter, what)
     if wait_s is None:
@@ -175,7 +183,7 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
         for batch in batches:
             done += len(batch)
             _insert_batch(store, batch, baselines, touched, states if history and mark else None, created_date,
-                          outcome, empty=mark == 0)
+                          outcome, empty=mark == 0, earlier_through=earlier_through)
             progress(done, total, "rows")
     store.rows_written()
     if outcome.inserted:
@@ -186,10 +194,13 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
 
 
 def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaselines, touched: dict[str, None],
-                  states: dict[str, SeriesState] | None, created_date: str, outcome: Outcome, *, empty: bool) -> None:
+                  states: dict[str, SeriesState] | None, created_date: str, outcome: Outcome, *, empty: bool,
+                  earlier_through: int | None = None) -> None:
     """The rows of ``batch`` the store does not have, with their running ``relative_change``
     (``states``: where the series states loaded to seed the window go; None: nothing to seed)."""
     stored = set() if empty else store.existing_keys([row.key for row in batch])  # an empty table has none
+    if stored and earlier_through is not None and store.stored_through(sorted(stored), earlier_through):
+        raise RepeatsEarlierRow
     fresh = [row for row in batch if row.key not in stored]
     unseen = [g for g in dict.fromkeys(row.group for row in fresh) if g not in touched]
     if unseen and states is not None:

@@ -34,7 +34,9 @@ from madengine.core.errors import CredentialError, InputError, MadEngineError, S
 from madengine.core.values import MAX_TIMEOUT, brief, whole_number
 from madengine.database import alerts as alertlib
 from madengine.database.alerts import Alert
-from madengine.database.rows import IDENTITY_COLUMN, ImportRow, content_keys
+from madengine.database.files import FIELDS as FILE_FIELDS
+from madengine.database.files import file_hash
+from madengine.database.rows import IDENTITY_COLUMN, FileMark, ImportRow, content_keys
 from madengine.database.series import ROW_COLUMNS, SeriesState
 from madengine.database.sql import EXTRA_COLUMN, HISTORY_COLUMNS, RunInfo, TableState
 from madengine.database.summary import text_hash
@@ -172,6 +174,28 @@ class MongoStore:
             chunk = list(keys[start:start + _BATCH])
             found.update(d["_id"] for d in self.collection.find({"_id": {"$in": chunk}}, {"_id": 1}))
         return found
+
+    def stored_through(self, keys: Sequence[str], last_id: int) -> bool:
+        """Whether one of ``keys`` is stored with a ``seq`` up to ``last_id``."""
+        return any(self.collection.find_one({"_id": {"$in": list(keys[start:start + _BATCH])}, "seq": {"$lte": last_id}},
+                                            {"_id": 1}) for start in range(0, len(keys), _BATCH))
+
+    def row_key(self, row_id: int) -> str:
+        """The ``_id`` (content key) of the document of ``seq`` ``row_id`` ('' when there is none)."""
+        found = self.collection.find_one({"seq": row_id}, {"_id": 1})
+        return str(found["_id"]) if found else ""
+
+    @property
+    def _files(self) -> Any:
+        return self.database[self.table + "_files"]
+
+    def file_mark(self, host: str, path: str) -> FileMark | None:
+        """What the latest import of the perf.csv at ``path`` on ``host`` read of it."""
+        found = self._files.find_one({"_id": file_hash(host, path)})
+        return None if found is None else FileMark(**{name: found[name] for name in FILE_FIELDS})
+
+    def save_file_mark(self, mark: FileMark) -> None:
+        self._files.update_one({"_id": file_hash(mark.host, mark.path)}, {"$set": dataclasses.asdict(mark)}, upsert=True)
 
     # --- what an import needs (madengine.database.importer) ---
 

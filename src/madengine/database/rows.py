@@ -8,19 +8,28 @@ constraint on the key turns the re-import into a no-op, while two identical rows
 
 A perf.csv is never held whole (:class:`PerfCsv`): a first pass checks every line and notes which
 rows have an identical twin (8 bytes a row), a second pass hands out :class:`ImportRow` batches.
+
+A perf.csv only grows between imports (runs append to it): an import remembers what it read of the
+file (:class:`FileMark`: its identity, the bytes read and their SHA-256, stored beside the results
+table), and the next import of the same file reads only what was appended since
+(:meth:`PerfCsv.resume`). A file rewritten, truncated or edited in place is read whole again.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import dataclasses
 import datetime
+import fcntl
 import hashlib
+import io
 import itertools
 import operator
 import os
+import socket
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from madengine.core.errors import InputError
 from madengine.core.jsonio import read_json_file
@@ -35,6 +44,7 @@ IDENTITY_COLUMN = "identity_key"  #: stored beside the perf.csv columns: ResultI
 ENRICHED_COLUMNS = ("tags", "args", "n_gpus", "training_precision")  # filled from --model-json-path
 BATCH_ROWS = 5000  #: rows an import holds at once
 _TWIN_BITS = 1 << 24  #: the first pass's bitmap of row hashes (2 MB): a hit is a possible identical twin
+_READ_CHUNK = 1 << 20  #: bytes read at once for the SHA-256 of what an earlier import read
 
 GroupKey = str  # ResultIdentity.key()
 
@@ -144,6 +154,72 @@ class _Layout:
         return orjson.dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
 
 
+@dataclasses.dataclass(frozen=True)
+class FileMark:
+    """What an import read of a perf.csv: where the next import of the same file goes on
+    (:meth:`PerfCsv.resume`). Stored beside the results table (:mod:`madengine.database.files`)."""
+
+    host: str  #: the machine the file is on (a shared database serves many machines' perf.csv)
+    path: str  #: its resolved path
+    device: int
+    inode: int  #: with ``device``, the file itself: a file rewritten into place is another one
+    size: int  #: bytes read: the header and every row up to here
+    rows: int  #: the rows in those bytes
+    lines: int  #: the lines in those bytes (a later row's line number counts on from here)
+    checksum: str  #: SHA-256 of those bytes
+    last_id: int  #: the table's newest row id (MongoDB: seq) when that import ended
+    last_key: str  #: that row's content key: the table still holds the rows the import left there
+
+
+def file_place(path: Path) -> tuple[str, str]:
+    """(host, resolved path): under which a perf.csv's :class:`FileMark` is kept."""
+    return socket.gethostname(), str(Path(path).resolve())
+
+
+class _Span(io.RawIOBase):
+    """Bytes ``[start, end)`` of a file opened unbuffered: what one import reads of a perf.csv (rows
+    appended after ``end`` are left for the next import), each chunk fed to ``digest`` if given."""
+
+    def __init__(self, raw: Any, start: int, end: int, digest: Any = None) -> None:
+        super().__init__()
+        raw.seek(start)
+        self._raw, self._left, self._digest = raw, end - start, digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)[:max(self._left, 0)]
+        got = self._raw.readinto(view) if len(view) else 0
+        self._left -= got
+        if self._digest is not None and got:
+            self._digest.update(view[:got])
+        return got
+
+
+def _feed(digest: Any, raw: Any, size: int) -> bytes:
+    """``digest`` fed the first ``size`` bytes of ``raw``; returns the last of them (b'' for none)."""
+    buffer = bytearray(_READ_CHUNK)
+    view, left, last = memoryview(buffer), size, b""
+    while left > 0:
+        got = raw.readinto(view[:min(left, _READ_CHUNK)])
+        if not got:
+            break  # the file shrank meanwhile: the digest differs
+        digest.update(view[:got])
+        last = bytes(view[got - 1:got])
+        left -= got
+    return last
+
+
+def _is_header_line(cells: Sequence[str], model: int, names: frozenset[str]) -> bool:
+    """A line that names columns rather than holding a row: two perf.csv files joined, or columns
+    changed mid-file (the cell under ``model`` is a column name, and most of its cells are)."""
+    if model >= len(cells) or cells[model].strip() not in names:
+        return False
+    named = [cell.strip() for cell in cells if cell.strip()]
+    return sum(cell in names for cell in named) * 2 > len(named)
+
+
 class PerfCsv:
     """A perf.csv read in two passes, never held whole.
 
@@ -152,18 +228,76 @@ class PerfCsv:
     anything is written anywhere. It counts the rows and notes which rows may have an identical twin
     (their occurrence number needs the full key text). :meth:`batches` then reads the rows the check
     counted (rows appended since are left for the next import) as :class:`ImportRow` lists.
+
+    After :meth:`resume`, both passes read only the bytes appended since an earlier import.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.header: list[str] = []
-        self.rows = 0  #: rows counted by check()
-        self.size = 0  #: bytes of the file when checked
+        self.rows = 0  #: rows counted by check() (after the start)
+        self.size = 0  #: bytes of the file when checked: the passes read up to here
+        self.start = 0  #: where the rows to read start (0: the whole file, header first)
+        self.rows_before = 0  #: rows before ``start`` (read by an earlier import)
+        self.lines_before = 0  #: lines before ``start``
+        self.lines = 0  #: lines up to ``size``
+        self.checksum = ""  #: SHA-256 of the bytes up to ``size``, once checked
+        self._file_id: tuple[int, int] = (0, 0)  #: (device, inode) when checked
+        self._digest: Any = None  #: SHA-256 of the bytes before ``start`` (resume)
         self._twins: set[int] = set()  #: hashes of the rows' keyed cells that more than one row has
         self._layout = _Layout([])
 
     def _open(self) -> Any:
         return open(self.path, newline="", encoding="utf-8")
+
+    @contextlib.contextmanager
+    def _read_span(self, digest: Any = None) -> Iterator[TextIO]:
+        """The text from ``start`` to ``size`` (``digest`` fed its bytes); the file must still be the
+        one checked."""
+        with open(self.path, "rb", buffering=0) as raw:
+            if (os.fstat(raw.fileno()).st_dev, os.fstat(raw.fileno()).st_ino) != self._file_id:
+                raise InputError("the file changed while it was imported", path=str(self.path),
+                                 hint="import it again once the run that writes it has ended")
+            with io.TextIOWrapper(io.BufferedReader(_Span(raw, self.start, self.size, digest), 1 << 16),
+                                  encoding="utf-8", newline="") as text:
+                yield text
+
+    def _snapshot(self) -> None:
+        """The file's identity and size now, taken under a shared lock: madengine's writers append
+        whole rows under an exclusive one, so the size ends with a row."""
+        with open(self.path, "rb") as handle:
+            with contextlib.suppress(OSError):  # a file system without locks: the size as it is
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            stat = os.fstat(handle.fileno())
+        self._file_id, self.size = (stat.st_dev, stat.st_ino), stat.st_size
+
+    def resume(self, mark: FileMark) -> str:
+        """Read only what was appended after what ``mark`` says an earlier import read, when the file
+        only grew since: returns ''. Otherwise the file is read whole, and the returned line says why."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return ""  # check() names the problem
+        if (stat.st_dev, stat.st_ino) != (mark.device, mark.inode):
+            return "it is another file than the one imported before (rewritten or replaced)"
+        if stat.st_size < mark.size:
+            return f"it is shorter than the {mark.size:,} bytes imported before (truncated or rewritten)"
+        digest = hashlib.sha256()
+        with open(self.path, "rb", buffering=0) as raw:
+            last = _feed(digest, raw, mark.size)
+            following = raw.read(1)
+        if digest.hexdigest() != mark.checksum:
+            return f"its first {mark.size:,} bytes changed since they were imported (edited in place)"
+        if last not in (b"\n", b"") and following not in (b"\n", b"\r", b""):
+            return "the line it ended with when imported before was continued since"
+        self.start, self.rows_before, self.lines_before, self._digest = mark.size, mark.rows, mark.lines, digest
+        return ""
+
+    def mark(self, last_id: int, last_key: str) -> FileMark:
+        """What this import read of the file, for the next import of it (after :meth:`check`)."""
+        host, path = file_place(self.path)
+        return FileMark(host, path, *self._file_id, self.size, self.rows_before + self.rows, self.lines,
+                        self.checksum, last_id, last_key)
 
     def _read_header(self, reader: Any) -> list[str]:
         header = [name.strip() for name in next(reader, [])]
@@ -178,17 +312,25 @@ class PerfCsv:
         return header
 
     def check(self) -> int:
-        """Check the whole file (see the class docstring); returns the number of rows."""
+        """Check the file from ``start`` on (see the class docstring); returns the number of rows."""
         path = self.path
         if not path.is_file():
             what = "is a directory, not a perf.csv file" if path.is_dir() else "file not found"
             raise InputError(what, path=str(path), hint="pass the perf.csv written by 'madengine run'")
-        self.size = os.path.getsize(path)
-        with csv_input_errors(path), self._open() as handle:
-            reader = csv_rows(handle)
-            self.header = self._read_header(reader)
-            self._layout = _Layout(self.header)
-            hashes = self._twin_hashes(reader)
+        with csv_input_errors(path):
+            self._snapshot()
+            if self.start:
+                with self._open() as handle:
+                    self.header = self._read_header(csv_rows(handle))
+            digest = self._digest or hashlib.sha256()
+            with self._read_span(digest) as handle:
+                reader = csv_rows(handle)
+                if not self.start:
+                    self.header = self._read_header(reader)
+                self._layout = _Layout(self.header)
+                hashes = self._twin_hashes(reader)
+                self.lines = self.lines_before + reader.line_num
+        self.checksum = digest.hexdigest()
         self._twins = _repeated(hashes)
         self.rows = len(hashes)
         return self.rows
@@ -196,16 +338,21 @@ class PerfCsv:
     def _twin_hashes(self, reader: Any) -> array.array:
         """The hash of each row's keyed cells (equal for identical twins), each line checked."""
         width, model, keyed = len(self.header), self.header.index("model"), self._layout.keyed
+        names = frozenset((*ALL_COLUMNS, *self.header))
         hashes = array.array("q")
         for cells in reader:
             if not cells:
                 continue
+            line = self.lines_before + reader.line_num
+            if _is_header_line(cells, model, names):
+                raise InputError(f"line {line} is a second header line: the columns changed mid-file",
+                                 path=str(self.path), hint="split the file at that line and import each part")
             if len(cells) > width:
-                raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {width}",
+                raise InputError(f"line {line} has {len(cells)} cells but the header has {width}",
                                  path=str(self.path), hint="fix or remove that line (quote cells that hold commas)")
             cells = list(map(str.strip, cells))
             if model >= len(cells) or not cells[model]:
-                raise InputError(f"line {reader.line_num}: empty 'model' cell", path=str(self.path),
+                raise InputError(f"line {line}: empty 'model' cell", path=str(self.path),
                                  hint="fix or remove that line")
             cells += [""] * (width + 1 - len(cells))
             hashes.append(hash(keyed(cells)))
@@ -215,13 +362,12 @@ class PerfCsv:
         """The rows :meth:`check` counted, ``size`` at a time."""
         seen: dict[bytes, int] = {}
         identities: dict[tuple[str, ...], str] = {}
-        with csv_input_errors(self.path), self._open() as handle:
+        with csv_input_errors(self.path), self._read_span() as handle:
             reader = csv_rows(handle)
-            header = [name.strip() for name in next(reader, [])]
-            if header != self.header:
+            if not self.start and [name.strip() for name in next(reader, [])] != self.header:
                 raise InputError("the file changed while it was imported", path=str(self.path),
                                  hint="import it again once the run that writes it has ended")
-            width = len(header)
+            width = len(self.header)
             batch: list[ImportRow] = []
             left = self.rows
             for cells in reader:

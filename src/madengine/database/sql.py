@@ -21,8 +21,8 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from madengine.core.errors import ConfigError, CredentialError, InputError, MadEngineError, ServiceError
-from madengine.database import history_tables, summary
-from madengine.database.rows import IDENTITY_COLUMN, ImportRow
+from madengine.database import files, history_tables, summary
+from madengine.database.rows import IDENTITY_COLUMN, FileMark, ImportRow
 from madengine.database.alerts import Alert
 from madengine.database.series import ROW_COLUMNS, SeriesState
 from madengine.database.urls import DbUrl, check_identifier
@@ -316,6 +316,7 @@ class SqlStore:
         summary.ensure(self)
         self._summaries = summary.names(self.table) is not None
         history_tables.ensure(self)
+        files.ensure(self)
         return TableState(created=not existed, added_columns=tuple(added))
 
     # --- rows ---
@@ -327,6 +328,28 @@ class SqlStore:
             marks = ", ".join("?" for _ in chunk)
             found.update(r[0] for r in self._execute(f"SELECT row_key FROM {{t}} WHERE row_key IN ({marks})", chunk))
         return found
+
+    def stored_through(self, keys: Sequence[str], last_id: int) -> bool:
+        """Whether one of ``keys`` is stored in a row with an id up to ``last_id``."""
+        for start in range(0, len(keys), _BATCH):
+            chunk = keys[start:start + _BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            if self._execute(f"SELECT id FROM {{t}} WHERE row_key IN ({marks}) AND id <= ? LIMIT 1",
+                             (*chunk, last_id)).fetchone() is not None:
+                return True
+        return False
+
+    def row_key(self, row_id: int) -> str:
+        """The content key of row ``row_id`` ('' when there is none)."""
+        found = self._execute("SELECT row_key FROM {t} WHERE id = ?", (row_id,)).fetchone()
+        return str(found[0]) if found else ""
+
+    def file_mark(self, host: str, path: str) -> FileMark | None:
+        """What the latest import of the perf.csv at ``path`` on ``host`` read of it (:mod:`.files`)."""
+        return files.load(self, host, path)
+
+    def save_file_mark(self, mark: FileMark) -> None:
+        files.save(self, mark)
 
     # --- what an import needs (madengine.database.importer) ---
 
