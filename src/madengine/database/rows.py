@@ -343,20 +343,21 @@ class PerfCsv:
         for cells in reader:
             if not cells:
                 continue
-            line = self.lines_before + reader.line_num
             if _is_header_line(cells, model, names):
-                raise InputError(f"line {line} is a second header line: the columns changed mid-file",
-                                 path=str(self.path), hint="split the file at that line and import each part")
+                raise self._line_error(reader, " is a second header line: the columns changed mid-file",
+                                       "split the file at that line and import each part")
             if len(cells) > width:
-                raise InputError(f"line {line} has {len(cells)} cells but the header has {width}",
-                                 path=str(self.path), hint="fix or remove that line (quote cells that hold commas)")
+                raise self._line_error(reader, f" has {len(cells)} cells but the header has {width}",
+                                       "fix or remove that line (quote cells that hold commas)")
             cells = list(map(str.strip, cells))
             if model >= len(cells) or not cells[model]:
-                raise InputError(f"line {line}: empty 'model' cell", path=str(self.path),
-                                 hint="fix or remove that line")
+                raise self._line_error(reader, ": empty 'model' cell", "fix or remove that line")
             cells += [""] * (width + 1 - len(cells))
             hashes.append(hash(keyed(cells)))
         return hashes
+
+    def _line_error(self, reader: Any, what: str, hint: str) -> InputError:
+        return InputError(f"line {self.lines_before + reader.line_num}{what}", path=str(self.path), hint=hint)
 
     def batches(self, size: int = BATCH_ROWS) -> Iterator[list[ImportRow]]:
         """The rows :meth:`check` counted, ``size`` at a time."""
