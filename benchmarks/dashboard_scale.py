@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
+import hashlib
 import importlib.util
 import json
 import os
@@ -71,13 +73,50 @@ START = datetime.datetime(2025, 1, 1, 2, tzinfo=datetime.timezone.utc)
 
 # --- the data ------------------------------------------------------------------------------------
 
-def model_name(index: int) -> str:
-    return f"model_{index:04d}"
+#: the models with several configs (tag_configs): the first n/20 models have CONFIGS each, so that
+#: half the series belong to them (2,000 series: 100 models x 10 configs, then 1,000 models x 1)
+CONFIGS = 10
+T975 = {2: 4.303}  #: t(0.975, n-1) of the repeats the rows have
+FAMILIES = ("huggingface_bert", "huggingface_gpt2", "torchvision_resnet", "megatron_llama", "vllm_mixtral",
+            "timm_vit", "deepspeed_opt", "flash_attention")
+METRICS = ("samples_per_second", "tokens_per_second", "images_per_second")
 
 
-def steps(n_models: int) -> set[int]:
-    """The 20 models whose figure rises by STEP from run step_at(runs) on (every n/20th)."""
-    return set(range(0, n_models, max(n_models // 20, 1)))
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One result series of the benchmark: a model, one of its configs."""
+
+    index: int
+    model: str
+    config: str  #: its tag_configs ('' for a model of one config)
+    metric: str
+    base: float  #: its figure before any step
+
+    def identity(self) -> ResultIdentity:
+        return ResultIdentity(model=self.model, metric=self.metric, tag_configs=self.config, executor="docker",
+                              gpu_vendor="AMD", gpu_architecture="gfx942", n_gpus="8")
+
+
+def layout(n_series: int) -> list[Series]:
+    """The series: CONFIGS configs of each of the first n/(2*CONFIGS) models, then one per model."""
+    multi = n_series // (2 * CONFIGS)
+    out = []
+    for k in range(n_series):
+        model, config = (k // CONFIGS, f"batch_size={2 ** (k % CONFIGS)}") if k < multi * CONFIGS \
+            else (multi + k - multi * CONFIGS, "")
+        name = f"pyt_{FAMILIES[model % len(FAMILIES)]}_{model:04d}"
+        out.append(Series(k, name, config, METRICS[model % len(METRICS)], 100.0 + model % 97 + 3 * (k % CONFIGS)))
+    return out
+
+
+def multi_config_models(n_series: int) -> list[str]:
+    """The models with CONFIGS configs (the model-wide trend's case)."""
+    return sorted({s.model for s in layout(n_series) if s.config})
+
+
+def steps(n_series: int) -> set[int]:
+    """The 20 series whose figure rises by STEP from run step_at(runs) on (every n/20th)."""
+    return set(range(0, n_series, max(n_series // 20, 1)))
 
 
 def run_of(run: int) -> tuple[str, str, str]:
@@ -90,41 +129,100 @@ def step_at(n_runs: int) -> int:
     return int(n_runs * STEP_SHARE)
 
 
-def figures(n_models: int, n_runs: int, runs: range, seed: int = 7):
-    """(run, model index, figure or None for a failure), run by run: the same for perf.csv and asv."""
+def figures(n_series: int, n_runs: int, runs: range, seed: int = 7):
+    """(run, series, figure or None for a failure), run by run: the same for perf.csv and asv."""
     rng = random.Random(seed + runs.start)
-    stepped = steps(n_models)
+    stepped = steps(n_series)
+    every = layout(n_series)
     for run in runs:
-        for model in range(n_models):
-            base = (100.0 + model % 97) * (1 + STEP if model in stepped and run >= step_at(n_runs) else 1)
+        for series in every:
+            base = series.base * (1 + STEP if series.index in stepped and run >= step_at(n_runs) else 1)
             failed = rng.random() < FAIL_RATE
             value = base * rng.lognormvariate(0, CV)
-            yield run, model, None if failed else value
+            yield run, series, None if failed else value
 
 
-def write_perf_csv(path: Path, n_models: int, n_runs: int, runs: range) -> None:
-    index = {name: k for k, name in enumerate(ALL_COLUMNS)}
-    fixed = {"n_gpus": "1", "tags": "nightly,perf", "docker_file": "docker/ci.ubuntu.amd.Dockerfile",
-             "base_docker": "rocm/pytorch:latest", "gpu_architecture": "gfx942", "metric": "samples_per_second",
-             "build_duration": "0.8", "executor": "docker", "gpu_vendor": "AMD", "madengine_version": "2.0.0",
-             "command_line": "madengine run --tags nightly"}
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(ALL_COLUMNS)
-        for run, model, value in figures(n_models, n_runs, runs):
-            run_id, started, commit = run_of(run)
-            row = [""] * len(ALL_COLUMNS)
-            for name, text in fixed.items():
-                row[index[name]] = text
-            for name, text in (("model", model_name(model)), ("docker_image", f"ci-{model_name(model)}"),
-                               ("machine_name", f"node{run % 4}"), ("test_duration", f"{30 + model % 50}.{run % 10}"),
-                               ("run_id", run_id), ("started_at", started), ("git_commit", commit)):
-                row[index[name]] = text
-            if value is None:
-                row[index["status"]], row[index["reason"]] = "FAILURE", REASON
-            else:
-                row[index["status"]], row[index["performance"]] = "SUCCESS", f"{value:.4f}"
-            writer.writerow(row)
+def _hex(seed: str, digits: int = 64) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:digits]
+
+
+def _series_cells(series: Series) -> dict[str, str]:
+    """The cells a run fills alike for every row of one series (a real row of ``madengine run``)."""
+    family = FAMILIES[int(series.model.rsplit("_", 1)[1]) % len(FAMILIES)]
+    image = f"ci-{series.model}"
+    data = {"dataname": "wikitext-103", "data_provider_type": "local", "data_size": "539M",
+            "data_download_duration": "4.21"} if "bert" in family else {}
+    launcher = {"launcher": "torchrun", "world_size": "8", "nnodes": "1", "nproc_per_node": "8"} \
+        if family.startswith(("megatron", "deepspeed")) else {}
+    return {
+        "model": series.model, "n_gpus": "8", "training_precision": ("fp16", "bf16", "fp32")[series.index % 3],
+        "args": f"--batch-size {2 ** (series.index % CONFIGS)} --seq-len 512" if series.config else "",
+        "tags": f"pyt,{family.split('_')[0]},nightly", "docker_file": f"docker/pyt_{family.split('_')[0]}.Dockerfile",
+        "base_docker": "rocm/pytorch:latest",
+        "docker_image": image, "gpu_architecture": "gfx942", "metric": series.metric, "build_number": "0",
+        "executor": "docker", "gpu_vendor": "AMD", "tag_configs": series.config,
+        "context": json.dumps({"gpu_architecture": "gfx942", "gpu_product_name": "AMD Instinct MI300X",
+                               "gpu_vendor": "AMD", "guest_os": "UBUNTU", "host_os": "HOST_UBUNTU",
+                               "system_ngpus": 8}),
+        "madengine_version": "2.0.0", "precision_source": "declared",
+        "framework_versions": json.dumps({"python": "3.10.14", "torch": "2.3.0+rocm6.2"}),
+        "thread_settings": json.dumps({"cpus": 128}),
+        **data, **launcher}
+
+
+def _run_cells(run: int) -> dict[str, str]:
+    run_id, _, commit = run_of(run)
+    return {"run_id": run_id, "git_commit": commit, "machine_name": f"node-a{run % 4:02d}",
+            "command_line": "madengine run --tags nightly",
+            "docker_sha": f"sha256:{_hex(f'base{run // 7}')}", "image_id": f"sha256:{_hex(f'image{run // 7}')}"}
+
+
+def _measured_cells(value: float, repeats: int, rng: random.Random) -> dict[str, str]:
+    """performance (the median of the repeats) and the statistics `run --repeat N` writes beside it."""
+    samples = sorted([round(value, 4), *(round(value * rng.lognormvariate(0, CV / 3), 4) for _ in range(repeats - 1))])
+    median, mean = samples[len(samples) // 2], statistics.fmean(samples)
+    cells = {"status": "SUCCESS", "performance": f"{median:.4f}", "perf_n": str(repeats), "perf_mean": f"{mean:.6g}",
+             "perf_min": f"{samples[0]:.6g}", "perf_max": f"{samples[-1]:.6g}", "perf_samples": json.dumps(samples),
+             "warmup_runs": "1"}
+    if repeats > 1:
+        stddev = statistics.stdev(samples)
+        half = T975[repeats - 1] * stddev / repeats ** 0.5
+        cells.update(perf_stddev=f"{stddev:.6g}", perf_cv=f"{stddev / mean:.6g}", perf_ci95_low=f"{mean - half:.6g}",
+                     perf_ci95_high=f"{mean + half:.6g}")
+    return cells
+
+
+def perf_rows(n_series: int, n_runs: int, runs: range):
+    """perf.csv rows (cells in ALL_COLUMNS order) as `madengine run --repeat 3` fills them."""
+    rng = random.Random(11 + runs.start)
+    fixed = {s.index: _series_cells(s) for s in layout(n_series)}
+    order = {name: k for k, name in enumerate(ALL_COLUMNS)}
+    current, per_run = None, {}
+    for run, series, value in figures(n_series, n_runs, runs):
+        if run != current:
+            current, per_run = run, _run_cells(run)
+            started = START + datetime.timedelta(days=run)
+        started += datetime.timedelta(seconds=70)
+        cells = {**fixed[series.index], **per_run, "started_at": started.isoformat(timespec="seconds"),
+                 "trace_id": _hex(f"{run}:{series.index}", 32), "build_duration": f"{0.01 + series.index % 7 / 1000:.3f}",
+                 "test_duration": f"{60 + series.index % 50 + rng.random():.3f}",
+                 "host_load_start": f"{rng.random() / 10:.2f}", "host_load_end": f"{rng.random() / 10:.2f}",
+                 "artifacts": f"runs/{per_run['run_id']}/{fixed[series.index]['docker_image']}/run.log"}
+        # the models of several configs run with --repeat 3, the others once
+        measured = _measured_cells(value, 3 if series.config else 1, rng) if value is not None else None
+        cells.update(measured or {"status": "FAILURE", "reason": REASON})
+        row = [""] * len(ALL_COLUMNS)
+        for name, text in cells.items():
+            row[order[name]] = text
+        yield row
+
+
+def write_perf_csv(path: Path, n_series: int, n_runs: int, runs: range, mode: str = "w") -> None:
+    with open(path, mode, newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        if mode == "w":
+            writer.writerow(ALL_COLUMNS)
+        writer.writerows(perf_rows(n_series, n_runs, runs))
 
 
 def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
@@ -175,25 +273,81 @@ def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
 
 # --- processes, timed ----------------------------------------------------------------------------
 
-def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, float, str, str]:
-    """(wall seconds, peak RSS MB, CPU seconds (its processes, workers included), stdout, stderr) of a
-    command run to its end. On a shared machine the CPU seconds say more than the wall time."""
+def _children() -> dict[int, list[int]]:
+    """Every process's children (by /proc/*/stat)."""
+    found: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            found.setdefault(parent, []).append(int(entry.name))
+    return found
+
+
+def tree_pss_mb(root: int) -> float:
+    """The PSS of ``root`` and all its descendants together (/proc/PID/smaps_rollup), MB: shared pages
+    count once over the tree, as they do in the machine's memory."""
+    children, total, todo = _children(), 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as handle:
+                total += next(int(line.split()[1]) for line in handle if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue  # ended meanwhile
+    return total / 1024
+
+
+@dataclasses.dataclass
+class Timed:
+    """A command run to its end: wall and CPU seconds (its processes, workers included: wait4), the
+    peak RSS of its largest process (wait4), the peak PSS of all its processes together (sampled
+    every SAMPLE_S), the load average of the machine while it ran."""
+
+    wall: float
+    cpu: float
+    rss_mb: float
+    pss_mb: float
+    load: float
+    out: str
+    err: str
+
+
+SAMPLE_S = 0.2
+
+
+def timed(argv: list[str], cwd: Path | None = None) -> Timed:
+    """``argv`` run to its end, measured (:class:`Timed`). On a shared machine the CPU seconds and the
+    memory say more than the wall time; the load says how shared it was."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = [], []
-    readers = [threading.Thread(target=lambda: out.append(process.stdout.read())),
-               threading.Thread(target=lambda: err.append(process.stderr.read()))]
-    for reader in readers:
-        reader.start()
+    out, err, peak = [], [], [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(SAMPLE_S):
+            peak[0] = max(peak[0], tree_pss_mb(process.pid))
+
+    threads = [threading.Thread(target=lambda: out.append(process.stdout.read())),
+               threading.Thread(target=lambda: err.append(process.stderr.read())), threading.Thread(target=sample)]
+    for thread in threads:
+        thread.start()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
+    done.set()
     process.returncode = os.waitstatus_to_exitcode(status)
-    for reader in readers:
-        reader.join()
+    for thread in threads:
+        thread.join()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:4])}... failed ({process.returncode}):\n{''.join(err)[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, "".join(out), "".join(err)
+    load = max(load_before, os.getloadavg()[0])
+    return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, peak[0], load, "".join(out), "".join(err))
 
 
 def update_table(perf_csv: Path, db: Path) -> tuple[float, float, float, dict]:

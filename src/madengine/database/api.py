@@ -143,7 +143,10 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
                   unreachable: MadEngineError | None, earlier_through: int | None) -> ImportResult:
     if why and reporter is not None:
         reporter.message(f"madengine: {source.path}: reading the whole file: {why}")
-    total = source.check()
+    source.open()
+    # a small file is checked whole before a database is opened; a big one as it is read (ahead, in
+    # another process), its import rolled back on a bad line
+    total = source.check() if source.unread_bytes < importer.READ_AHEAD_FROM else 0
     entries = rowlib.load_model_entries(Path(model_json_path)) if model_json_path is not None else None
     if unreachable is not None:
         raise unreachable
@@ -158,14 +161,16 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
             yield batch
 
     # the rows are read ahead from here on (a child process for a big file), while the store is made ready
-    with importer.ReadAhead(source.batches(), total) as ahead, open_store(url, table, environ, create=True) as store:
+    with importer.ReadAhead(source, source.unread_bytes) as ahead, \
+            open_store(url, table, environ, create=True) as store:
         state = store.create_table()
         importer.catch_up(store, reporter)
         outcome = importer.import_rows(store, batches(ahead), total=total, reporter=reporter,
-                                       what=f"importing {source.path.name}", earlier_through=earlier_through)
+                                       what=f"importing {source.path.name}", earlier_through=earlier_through,
+                                       share=lambda: source.share)
         last_id = store.mark()
         store.save_file_mark(source.mark(last_id, store.row_key(last_id)))
-    rows = source.rows_before + total
+    rows = source.rows_before + source.rows
     return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=rows,
                         inserted=outcome.inserted, already_stored=rows - outcome.inserted, enriched=enriched,
                         table_created=state.created, series=outcome.series, new_alerts=outcome.new_alerts,

@@ -225,11 +225,12 @@ class MongoStore:
             rows.append(row)
         return rows
 
-    def new_rows(self, mark: int, keys: Sequence[str]) -> list[tuple[str, ...]]:
-        """As :meth:`madengine.database.sql.SqlStore.new_rows`: tuples of ``ROW_COLUMNS`` and the identity key."""
-        names = (*ROW_COLUMNS, IDENTITY_COLUMN)
-        return [tuple(row[n] for n in names) for row in self._rows({IDENTITY_COLUMN: {"$in": list(keys)},
-                                                                     "seq": {"$gt": mark}})]
+    def new_rows(self, mark: int, keys: Sequence[str]) -> dict[str, list[tuple[str, ...]]]:
+        """As :meth:`madengine.database.sql.SqlStore.new_rows`: per identity, tuples of ``ROW_COLUMNS``."""
+        found: dict[str, list[tuple[str, ...]]] = {}
+        for row in self._rows({IDENTITY_COLUMN: {"$in": list(keys)}, "seq": {"$gt": mark}}):
+            found.setdefault(row[IDENTITY_COLUMN], []).append(tuple(row[n] for n in ROW_COLUMNS))
+        return found
 
     def has_rows_before(self, key: str, mark: int) -> bool:
         return bool(list(self.collection.find({IDENTITY_COLUMN: key, "seq": {"$lte": mark}}, {"_id": 1}).limit(1)))

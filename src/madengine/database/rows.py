@@ -43,7 +43,6 @@ KEY_EXCLUDED = ("relative_change",)
 IDENTITY_COLUMN = "identity_key"  #: stored beside the perf.csv columns: ResultIdentity.key() of the row
 ENRICHED_COLUMNS = ("tags", "args", "n_gpus", "training_precision")  # filled from --model-json-path
 BATCH_ROWS = 5000  #: rows an import holds at once
-_TWIN_BITS = 1 << 24  #: the first pass's bitmap of row hashes (2 MB): a hit is a possible identical twin
 _READ_CHUNK = 1 << 20  #: bytes read at once for the SHA-256 of what an earlier import read
 
 GroupKey = str  # ResultIdentity.key()
@@ -134,6 +133,9 @@ class _Layout:
     ``relative_change`` where the content key leaves it out, read that cell."""
 
     def __init__(self, header: Sequence[str]) -> None:
+        import orjson
+
+        self._dumps = orjson.dumps
         width = len(header)
         at = {name: k for k, name in enumerate(header)}
         blank = at.get("relative_change", -1)
@@ -149,9 +151,7 @@ class _Layout:
     def canonical(self, keyed: Sequence[str]) -> bytes:
         """:func:`_canonical` of a row given as its ``keyed`` cells: the non-empty ones, by column name
         (a dict made in sorted order serializes as ``OPT_SORT_KEYS`` would sort it)."""
-        import orjson
-
-        return orjson.dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
+        return self._dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +184,7 @@ class _Span(io.RawIOBase):
         super().__init__()
         raw.seek(start)
         self._raw, self._left, self._digest = raw, end - start, digest
+        self.read = 0  #: bytes read so far
 
     def readable(self) -> bool:
         return True
@@ -192,6 +193,7 @@ class _Span(io.RawIOBase):
         view = memoryview(buffer)[:max(self._left, 0)]
         got = self._raw.readinto(view) if len(view) else 0
         self._left -= got
+        self.read += got
         if self._digest is not None and got:
             self._digest.update(view[:got])
         return got
@@ -220,56 +222,118 @@ def _is_header_line(cells: Sequence[str], model: int, names: frozenset[str]) -> 
     return sum(cell in names for cell in named) * 2 > len(named)
 
 
+class _Occurrences:
+    """How many rows with the same content came before each row of a file, counted as the rows come:
+    an open-addressing table of each row's tag (the first 8 bytes of the SHA-256 of its key text:
+    8 bytes a row, never a dict of every row), and the counts of the few tags met more than once."""
+
+    def __init__(self, expected: int) -> None:
+        size = 1 << max(10, (2 * expected).bit_length())
+        self._table = array.array("Q", bytes(8 * size))
+        self._mask, self._used = size - 1, 0
+        self._repeats: dict[int, int] = {}
+
+    def count(self, tag: int) -> int:
+        """The rows with ``tag`` before this one (this one counted for the next)."""
+        tag |= 1  # 0 marks a free slot
+        table, mask = self._table, self._mask
+        slot = tag & mask
+        while True:
+            found = table[slot]
+            if not found:
+                break
+            if found == tag:
+                seen = self._repeats.get(tag, 1)
+                self._repeats[tag] = seen + 1
+                return seen
+            slot = (slot + 1) & mask
+        table[slot] = tag
+        self._used += 1
+        if 2 * self._used > mask:
+            self._grow()
+        return 0
+
+    def _grow(self) -> None:
+        old = self._table
+        size = 2 * len(old)
+        self._table, self._mask = array.array("Q", bytes(8 * size)), size - 1
+        table, mask = self._table, self._mask
+        for tag in filter(None, old):
+            slot = tag & mask
+            while table[slot]:
+                slot = (slot + 1) & mask
+            table[slot] = tag
+
+
 class PerfCsv:
-    """A perf.csv read in two passes, never held whole.
+    """A perf.csv streamed, never held whole.
 
-    :meth:`check` reads every line: a missing, empty or malformed file, a line with more cells than
-    the header or an empty ``model`` cell is an :class:`InputError` naming the file and line, before
-    anything is written anywhere. It counts the rows and notes which rows may have an identical twin
-    (their occurrence number needs the full key text). :meth:`batches` then reads the rows the check
-    counted (rows appended since are left for the next import) as :class:`ImportRow` lists.
+    :meth:`open` notes the file's identity and size (rows appended after that are left for the next
+    import) and checks its header. :meth:`batches` then hands out the rows as :class:`ImportRow`
+    lists, each line checked as it is read: a line with more cells than the header, an empty
+    ``model`` cell or a second header line is an :class:`InputError` naming the file and line (the
+    import's transaction is rolled back). :meth:`check` reads every line the same way without keying
+    the rows: a small file is checked whole before a database is opened at all.
 
-    After :meth:`resume`, both passes read only the bytes appended since an earlier import.
+    A row's occurrence number among identical rows is counted as the rows come (:class:`_Occurrences`);
+    two rows count as identical when the first 8 bytes of the SHA-256 of their key texts are equal
+    (a chance of 1 in 10^7 that two different rows of a million-row file do).
+
+    After :meth:`resume`, only the bytes appended since an earlier import are read.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.header: list[str] = []
-        self.rows = 0  #: rows counted by check() (after the start)
-        self.size = 0  #: bytes of the file when checked: the passes read up to here
+        self.size = 0  #: bytes of the file when opened: what is read ends here
         self.start = 0  #: where the rows to read start (0: the whole file, header first)
         self.rows_before = 0  #: rows before ``start`` (read by an earlier import)
         self.lines_before = 0  #: lines before ``start``
-        self.lines = 0  #: lines up to ``size``
-        self.checksum = ""  #: SHA-256 of the bytes up to ``size``, once checked
-        self._file_id: tuple[int, int] = (0, 0)  #: (device, inode) when checked
+        self.rows = 0  #: rows read after ``start`` so far
+        self.lines = 0  #: lines read up to where the reading got
+        self.checksum = ""  #: SHA-256 of the bytes up to ``size``, once the rows were all read
+        self.share = 0.0  #: the share of the bytes after ``start`` read so far
+        self._file_id: tuple[int, int] = (0, 0)  #: (device, inode) when opened
         self._digest: Any = None  #: SHA-256 of the bytes before ``start`` (resume)
-        self._twins: set[int] = set()  #: hashes of the rows' keyed cells that more than one row has
+        self._span: _Span | None = None
         self._layout = _Layout([])
 
-    def _open(self) -> Any:
-        return open(self.path, newline="", encoding="utf-8")
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes to read (after ``start``), once opened."""
+        return self.size - self.start
+
+    def open(self) -> "PerfCsv":
+        """Note the file's identity and size, check its header (idempotent)."""
+        if self._file_id != (0, 0):
+            return self
+        path = self.path
+        if not path.is_file():
+            what = "is a directory, not a perf.csv file" if path.is_dir() else "file not found"
+            raise InputError(what, path=str(path), hint="pass the perf.csv written by 'madengine run'")
+        with csv_input_errors(path):
+            with open(path, "rb") as handle:
+                with contextlib.suppress(OSError):  # a file system without locks: the size as it is
+                    # madengine's writers append whole rows under an exclusive lock: the size ends with a row
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+                stat = os.fstat(handle.fileno())
+            self._file_id, self.size = (stat.st_dev, stat.st_ino), stat.st_size
+            with open(path, newline="", encoding="utf-8") as handle:
+                self.header = self._read_header(csv_rows(handle))
+        self._layout = _Layout(self.header)
+        return self
 
     @contextlib.contextmanager
     def _read_span(self, digest: Any = None) -> Iterator[TextIO]:
         """The text from ``start`` to ``size`` (``digest`` fed its bytes); the file must still be the
-        one checked."""
+        one opened."""
         with open(self.path, "rb", buffering=0) as raw:
             if (os.fstat(raw.fileno()).st_dev, os.fstat(raw.fileno()).st_ino) != self._file_id:
                 raise InputError("the file changed while it was imported", path=str(self.path),
                                  hint="import it again once the run that writes it has ended")
-            with io.TextIOWrapper(io.BufferedReader(_Span(raw, self.start, self.size, digest), 1 << 16),
-                                  encoding="utf-8", newline="") as text:
+            self._span = _Span(raw, self.start, self.size, digest)
+            with io.TextIOWrapper(io.BufferedReader(self._span, 1 << 16), encoding="utf-8", newline="") as text:
                 yield text
-
-    def _snapshot(self) -> None:
-        """The file's identity and size now, taken under a shared lock: madengine's writers append
-        whole rows under an exclusive one, so the size ends with a row."""
-        with open(self.path, "rb") as handle:
-            with contextlib.suppress(OSError):  # a file system without locks: the size as it is
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
-            stat = os.fstat(handle.fileno())
-        self._file_id, self.size = (stat.st_dev, stat.st_ino), stat.st_size
 
     def resume(self, mark: FileMark) -> str:
         """Read only what was appended after what ``mark`` says an earlier import read, when the file
@@ -277,7 +341,7 @@ class PerfCsv:
         try:
             stat = os.stat(self.path)
         except OSError:
-            return ""  # check() names the problem
+            return ""  # open() names the problem
         if (stat.st_dev, stat.st_ino) != (mark.device, mark.inode):
             return "it is another file than the one imported before (rewritten or replaced)"
         if stat.st_size < mark.size:
@@ -294,10 +358,18 @@ class PerfCsv:
         return ""
 
     def mark(self, last_id: int, last_key: str) -> FileMark:
-        """What this import read of the file, for the next import of it (after :meth:`check`)."""
+        """What this import read of the file, for the next import of it (after :meth:`batches`)."""
         host, path = file_place(self.path)
         return FileMark(host, path, *self._file_id, self.size, self.rows_before + self.rows, self.lines,
                         self.checksum, last_id, last_key)
+
+    def read(self) -> tuple[int, int, str]:
+        """(rows, lines, checksum) of what :meth:`batches` read: what a process that read them hands over."""
+        return self.rows, self.lines, self.checksum
+
+    def take(self, read: tuple[int, int, str]) -> None:
+        """What another process read of the file (:meth:`read`)."""
+        self.rows, self.lines, self.checksum = read
 
     def _read_header(self, reader: Any) -> list[str]:
         header = [name.strip() for name in next(reader, [])]
@@ -312,116 +384,72 @@ class PerfCsv:
         return header
 
     def check(self) -> int:
-        """Check the file from ``start`` on (see the class docstring); returns the number of rows."""
-        path = self.path
-        if not path.is_file():
-            what = "is a directory, not a perf.csv file" if path.is_dir() else "file not found"
-            raise InputError(what, path=str(path), hint="pass the perf.csv written by 'madengine run'")
-        with csv_input_errors(path):
-            self._snapshot()
-            if self.start:
-                with self._open() as handle:
-                    self.header = self._read_header(csv_rows(handle))
-            digest = self._digest or hashlib.sha256()
-            with self._read_span(digest) as handle:
-                reader = csv_rows(handle)
-                if not self.start:
-                    self.header = self._read_header(reader)
-                self._layout = _Layout(self.header)
-                hashes = self._twin_hashes(reader)
-                self.lines = self.lines_before + reader.line_num
-        self.checksum = digest.hexdigest()
-        self._twins = _repeated(hashes)
-        self.rows = len(hashes)
-        return self.rows
+        """Check every line after ``start`` (see the class docstring); returns the number of rows."""
+        self.open()
+        return sum(1 for _ in self._cells())
 
-    def _twin_hashes(self, reader: Any) -> array.array:
-        """The hash of each row's keyed cells (equal for identical twins), each line checked."""
-        width, model, keyed = len(self.header), self.header.index("model"), self._layout.keyed
+    def _cells(self, digest: Any = None) -> Iterator[list[str]]:
+        """The cells of each row after ``start``, stripped and padded to the header and one more
+        (``_Layout``), each line checked; ``rows``, ``lines`` and ``share`` follow the reading."""
+        width, model = len(self.header), self.header.index("model")
         names = frozenset((*ALL_COLUMNS, *self.header))
-        hashes = array.array("q")
-        for cells in reader:
-            if not cells:
-                continue
-            if _is_header_line(cells, model, names):
-                raise self._line_error(reader, " is a second header line: the columns changed mid-file",
-                                       "split the file at that line and import each part")
-            if len(cells) > width:
-                raise self._line_error(reader, f" has {len(cells)} cells but the header has {width}",
-                                       "fix or remove that line (quote cells that hold commas)")
-            cells = list(map(str.strip, cells))
-            if model >= len(cells) or not cells[model]:
-                raise self._line_error(reader, ": empty 'model' cell", "fix or remove that line")
-            cells += [""] * (width + 1 - len(cells))
-            hashes.append(hash(keyed(cells)))
-        return hashes
+        pad = [""] * (width + 1)
+        self.rows, self.lines = 0, self.lines_before
+        with csv_input_errors(self.path), self._read_span(digest) as handle:
+            reader = csv_rows(handle)
+            if not self.start and [name.strip() for name in next(reader, [])] != self.header:
+                raise InputError("the file changed while it was imported", path=str(self.path),
+                                 hint="import it again once the run that writes it has ended")
+            for cells in reader:
+                if not cells:
+                    continue
+                if model < len(cells) and cells[model] in names and _is_header_line(cells, model, names):
+                    raise self._line_error(reader, " is a second header line: the columns changed mid-file",
+                                           "split the file at that line and import each part")
+                if len(cells) > width:
+                    raise self._line_error(reader, f" has {len(cells)} cells but the header has {width}",
+                                           "fix or remove that line (quote cells that hold commas)")
+                cells = list(map(str.strip, cells))
+                if model >= len(cells) or not cells[model]:
+                    raise self._line_error(reader, ": empty 'model' cell", "fix or remove that line")
+                cells += pad[len(cells):]
+                self.rows += 1
+                yield cells
+            self.lines = self.lines_before + reader.line_num
+        self.share = 1.0
 
     def _line_error(self, reader: Any, what: str, hint: str) -> InputError:
         return InputError(f"line {self.lines_before + reader.line_num}{what}", path=str(self.path), hint=hint)
 
     def batches(self, size: int = BATCH_ROWS) -> Iterator[list[ImportRow]]:
-        """The rows :meth:`check` counted, ``size`` at a time."""
-        seen: dict[bytes, int] = {}
+        """The rows after ``start``, ``size`` at a time (see the class docstring); ``checksum`` once
+        they are all read."""
+        self.open()
+        layout, sha256, from_bytes = self._layout, hashlib.sha256, int.from_bytes
+        occurrences = _Occurrences(self.unread_bytes // 1000)
         identities: dict[tuple[str, ...], str] = {}
-        with csv_input_errors(self.path), self._read_span() as handle:
-            reader = csv_rows(handle)
-            if not self.start and [name.strip() for name in next(reader, [])] != self.header:
-                raise InputError("the file changed while it was imported", path=str(self.path),
-                                 hint="import it again once the run that writes it has ended")
-            width = len(self.header)
-            batch: list[ImportRow] = []
-            left = self.rows
-            for cells in reader:
-                if not cells:
-                    continue
-                if left == 0:
-                    break
-                left -= 1
-                cells = list(map(str.strip, cells))
-                cells += [""] * (width + 1 - len(cells))
-                batch.append(self._row(cells, identities, seen))
-                if len(batch) >= size:
-                    yield batch
-                    batch = []
-            if batch:
+        digest = self._digest or sha256()
+        batch: list[ImportRow] = []
+        for cells in self._cells(digest):
+            text = sha256(layout.canonical(layout.keyed(cells)))
+            text.update(b"\n#%d" % occurrences.count(from_bytes(text.digest()[:8], "little")))
+            fields = layout.fields(cells)
+            group = identities.get(fields)
+            if group is None:
+                group = identities[fields] = ResultIdentity(*fields).key()
+            batch.append(ImportRow(text.hexdigest(), list(layout.known(cells)),
+                                   dict(zip(layout.extra_names, layout.extra(cells))) if layout.extra_names else {},
+                                   group))
+            if len(batch) >= size:
+                self.share = self._share()
                 yield batch
+                batch = []
+        self.checksum = digest.hexdigest()
+        if batch:
+            yield batch
 
-    def _row(self, cells: list[str], identities: dict[tuple[str, ...], str], seen: dict[bytes, int]) -> ImportRow:
-        layout = self._layout
-        keyed = layout.keyed(cells)
-        canonical = layout.canonical(keyed)
-        occurrence = 0
-        if self._twins and hash(keyed) in self._twins:
-            occurrence = seen.get(canonical, 0)
-            seen[canonical] = occurrence + 1
-        fields = layout.fields(cells)
-        group = identities.get(fields)
-        if group is None:
-            group = identities[fields] = ResultIdentity(*fields).key()
-        extra = dict(zip(layout.extra_names, layout.extra(cells))) if layout.extra_names else {}
-        return ImportRow(_key(canonical, occurrence), list(layout.known(cells)), extra, group)
-
-
-def _repeated(hashes: array.array) -> set[int]:
-    """The values ``hashes`` holds more than once. A bitmap of their low bits finds the candidates
-    (2 MB, one pass), which are then counted exactly: never a dict of every row."""
-    bitmap = bytearray(_TWIN_BITS // 8)
-    mask = _TWIN_BITS - 1
-    maybe: set[int] = set()
-    for value in hashes:
-        bit = value & mask
-        flag = 1 << (bit & 7)
-        if bitmap[bit >> 3] & flag:
-            maybe.add(value)
-        else:
-            bitmap[bit >> 3] |= flag
-    if not maybe:
-        return set()
-    counted: dict[int, int] = {}
-    for value in hashes:
-        if value in maybe:
-            counted[value] = counted.get(value, 0) + 1
-    return {value for value, count in counted.items() if count > 1}
+    def _share(self) -> float:
+        return min(self._span.read / self.unread_bytes, 1.0) if self._span is not None and self.unread_bytes else 0.0
 
 
 def read_perf_rows(path: Path) -> list[dict[str, str]]:
