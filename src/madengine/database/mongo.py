@@ -6,7 +6,8 @@ perf.csv row, ``_id`` = the row's content key, written with ``$setOnInsert`` ups
 re-import changes nothing; ``seq`` orders documents by insertion. Beside it, as beside a SQL table
 (:mod:`madengine.database.history_tables`): ``<collection>_series`` (one document per result
 identity: its series state) and ``<collection>_alerts`` / ``<collection>_alert_log`` (alerts and
-their triage), kept by the same import (:mod:`madengine.database.importer`).
+their triage), kept by the same import (:mod:`madengine.database.importer`), and ``<collection>_files``
+(what the latest import of each perf.csv read of it: :class:`~.rows.FileMark`).
 
 ``upload-mongodb`` documents (see docs/database.md for their shape):
 

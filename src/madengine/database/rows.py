@@ -6,8 +6,8 @@ of the file. Re-importing a perf.csv therefore yields the same keys, and the sto
 constraint on the key turns the re-import into a no-op, while two identical rows of one file
 (two runs that printed the same figure) are both kept.
 
-A perf.csv is never held whole (:class:`PerfCsv`): a first pass checks every line and notes which
-rows have an identical twin (8 bytes a row), a second pass hands out :class:`ImportRow` batches.
+A perf.csv is never held whole (:class:`PerfCsv`): one pass checks each line as it hands out
+:class:`ImportRow` batches, and counts identical rows as they come (an 8-byte tag a row).
 
 A perf.csv only grows between imports (runs append to it): an import remembers what it read of the
 file (:class:`FileMark`: its identity, the bytes read and their SHA-256, stored beside the results

@@ -73,12 +73,15 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
         return round(bottom - (value / scale - ticks[0]) * y_step, 1)
 
     dots = []
-    for index, point in enumerate(points):
-        spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {point['n']} samples" \
-            if point["n"] > 1 else ""
-        when = point["started_at"].replace("T", " ")[:19]
-        dots.append(Dot(x_of(index), y_of(point["value"]), point["run_id"],
-                        f"{point['run_id']} {when}: {format_number(point['value'])} {metric}{spread_text}".strip()))
+    unit = f" {metric}" if metric else ""
+    for index, point in enumerate(points):  # a page of 10 series x 500 runs makes 5,000 of them
+        value, n = point["value"], point["n"]
+        spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {n} samples" \
+            if n > 1 else ""
+        run = point["run_id"]
+        dots.append(Dot(x_of(index), y_of(value), run,
+                        f"{run} {point['started_at'].replace('T', ' ')[:19]}: {format_number(value)}{unit}{spread_text}"
+                        .strip()))
     path = "M" + " L".join(f"{d.x},{d.y}" for d in dots)
     band = ""
     if spread and len(points) > 1:
