@@ -22,7 +22,7 @@ from madengine.core.events import Reporter
 from madengine.database import importer, rows as rowlib, update_table
 from madengine.database.rows import PerfCsv, content_keys
 from madengine.stats.changepoint import detect
-from test_database_helpers import history, one_error_line, relative, write_perf_csv
+from test_database_helpers import every_table, history, one_error_line, relative, write_perf_csv
 
 
 @pytest.fixture
@@ -68,21 +68,6 @@ def test_a_perf_csv_is_imported_in_batches_with_the_keys_of_the_whole_file(workd
     assert (result.inserted, result.series) == (12, 2)
     again = update_table(workdir / "perf.csv", "sqlite:///m.db")
     assert (again.inserted, again.already_stored, again.new_alerts) == (0, 12, 0)
-
-
-def every_table(path) -> dict[str, list[tuple]]:
-    """Every table of a results database, rows in order, the moments of the import left out."""
-    connection = sqlite3.connect(path)
-    try:
-        tables = [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        out = {}
-        for table in tables:
-            names = [r[1] for r in connection.execute(f'PRAGMA table_info("{table}")')
-                     if r[1] not in ("created_date", "detected_at", "updated_at")]
-            out[table] = connection.execute(f'SELECT {", ".join(names)} FROM "{table}" ORDER BY 1').fetchall()
-        return out
-    finally:
-        connection.close()
 
 
 def test_a_big_import_read_ahead_and_advanced_in_processes_writes_what_a_small_one_writes(workdir, monkeypatch):

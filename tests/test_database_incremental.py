@@ -24,6 +24,7 @@ from madengine.database.live import LiveRecorder
 from madengine.database.urls import parse_url
 from madengine.results.columns import ALL_COLUMNS
 from madengine.results.perfcsv import append_rows
+import test_database_helpers as helpers
 from test_database_helpers import history, one_error_line, write_perf_csv
 
 WHOLE = "reading the whole file"
@@ -31,10 +32,7 @@ WHOLE = "reading the whole file"
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for name in ("MADENGINE_DB_URL", "TUNA_DB_HOSTNAME", "MONGO_HOST"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path
+    return helpers.clean_database_env(monkeypatch, tmp_path)
 
 
 @pytest.fixture
@@ -83,19 +81,8 @@ def write_runs(path, runs: range, series: int) -> None:
 
 
 def every_table(path) -> dict[str, list[tuple]]:
-    """Every table of a results database but the file marks, rows in order, the import's moments left out."""
-    connection = sqlite3.connect(path)
-    try:
-        tables = [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                                   "AND name NOT LIKE '%_files' ORDER BY name")]
-        out = {}
-        for table in tables:
-            names = [r[1] for r in connection.execute(f'PRAGMA table_info("{table}")')
-                     if r[1] not in ("created_date", "detected_at", "updated_at")]
-            out[table] = connection.execute(f'SELECT {", ".join(names)} FROM "{table}" ORDER BY 1').fetchall()
-        return out
-    finally:
-        connection.close()
+    """Every table but the file marks (what each import read of its file differs by design)."""
+    return helpers.every_table(path, leave_out=("dlm_table_files",))
 
 
 def forget_files(db) -> None:
