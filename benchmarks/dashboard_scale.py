@@ -1,29 +1,36 @@
 """The results history at 1,000,000 rows: `database update-table`, `report serve`, and asv `publish`, side by side.
 
-The data is the team's night, written once as a perf.csv (about 320 MB): 2,000 models x 500 runs, noise
-with a CV of 2 %, a 5 % step in 20 models from run 400 on, 2 % random failures with their reasons. Where
-asv installs (`pip install asv`), the same figures become an asv project (one benchmark per model, one
-commit per run, failures as missing values) for `asv publish`, the peer's step of the same kind.
+The data is a team's nights, written once as a perf.csv (about 1 GB): 2,000 result series x 500 runs,
+rows as `madengine run` fills them (every column a run row has: the image, its digests, the context,
+the framework versions, the repeats and their statistics, the trace id, ...; see ``perf_rows``), half
+the series being 10 configs (tag_configs) of 100 models, noise with a CV of 2 %, a 5 % step in 20
+series from run 400 on, 2 % random failures with their reasons. Where asv installs (`pip install
+asv`), the same figures become an asv project (one benchmark per series, one commit per run,
+failures as missing values) for `asv publish`, the peer's step of the same kind.
 
-Measured, each command in its own process (wall time, and peak RSS from wait4):
+Measured, each command in its own process: wall and CPU seconds (CPU of all its processes: wait4),
+the peak PSS of all its processes together (/proc/PID/smaps_rollup of the process tree, sampled
+every 0.2 s), the peak RSS of its largest process, and the machine's load average beside each:
 
 * `madengine database update-table` of the 1M rows into an empty SQLite database (rows, change points,
   alerts and verdicts of every series complete when it returns), and `asv publish` of the same data;
-* appending the next run (2,000 rows) with `update-table`, change detection complete when it returns;
-* the change points found: the 20 step models at their step, false changes among the 1,980 others;
+* the next run (2,000 rows) appended to that perf.csv and `update-table` of it again: only the
+  appended rows are read, change detection complete when it returns;
+* the change points found: the 20 step series at their step, false changes among the 1,980 others;
 * every API call and page of the dashboard (`report serve`, a separate process), each asked 40 times
-  with other arguments: median and p95;
+  with other arguments, the model-wide trend of a model of 10 configs among them: median and p95;
 * the first screen in Chromium (Debian's, through Playwright): the overview from navigation to its load
   event, and its first contentful paint.
 
-Targets (issue 27): import <= 60 s and <= 500 MB; append <= 5 s; every call median <= 100 ms and
-p95 <= 250 ms; the first screen <= 1 s. Timings depend on the machine and on what else runs on it:
-the lines say what was measured here; rerun on a quiet machine for figures to compare.
+Targets (issues 27 and 36): import <= 60 s wall on 2 cores, <= 45 s CPU, <= 500 MB PSS; the appended
+run <= 5 s; every call median <= 100 ms and p95 <= 250 ms; the first screen <= 1 s. Timings depend on
+the machine and on what else runs on it (the load printed beside them): rerun on a quiet machine for
+figures to compare; CPU and memory move less with the load than wall time.
 
-    python3 benchmarks/dashboard_scale.py [--work DIR] [--identities 2000] [--runs 500] [--no-asv]
+    python3 benchmarks/dashboard_scale.py [--work DIR] [--series 2000] [--runs 500 | --rows N] [--no-asv] [--no-browser]
 
-``--work DIR`` keeps the perf.csv, the database and the asv project for the next time (an import that
-already happened is measured again on a fresh copy of nothing: the database is rebuilt). Exit 1 when a
+``--rows 100000`` (or fewer ``--series``) makes a quick run. ``--work DIR`` keeps the perf.csv and the
+asv project of each size for the next time (the database is made again each time). Exit 1 when a
 target is missed.
 """
 
@@ -31,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
+import hashlib
 import importlib.util
 import json
 import os
@@ -59,7 +68,8 @@ from madengine.results.identity import ResultIdentity  # noqa: E402
 CALLS = 40
 STEP, CV, FAIL_RATE = 0.05, 0.02, 0.02
 STEP_SHARE = 0.8  #: the step comes at run 400 of 500
-TARGET_IMPORT_S, TARGET_IMPORT_MB = 60.0, 500
+TARGET_IMPORT_S, TARGET_IMPORT_CPU_S, TARGET_IMPORT_MB = 60.0, 45.0, 500
+STEP_MIN_RUNS = 10  #: --rows makes at least twice as many runs
 TARGET_APPEND_S = 5.0
 TARGET_MEDIAN_S, TARGET_P95_S = 0.100, 0.250
 TARGET_FIRST_SCREEN_S = 1.0
@@ -71,13 +81,50 @@ START = datetime.datetime(2025, 1, 1, 2, tzinfo=datetime.timezone.utc)
 
 # --- the data ------------------------------------------------------------------------------------
 
-def model_name(index: int) -> str:
-    return f"model_{index:04d}"
+#: the models with several configs (tag_configs): the first n/20 models have CONFIGS each, so that
+#: half the series belong to them (2,000 series: 100 models x 10 configs, then 1,000 models x 1)
+CONFIGS = 10
+T975 = {2: 4.303}  #: t(0.975, n-1) of the repeats the rows have
+FAMILIES = ("huggingface_bert", "huggingface_gpt2", "torchvision_resnet", "megatron_llama", "vllm_mixtral",
+            "timm_vit", "deepspeed_opt", "flash_attention")
+METRICS = ("samples_per_second", "tokens_per_second", "images_per_second")
 
 
-def steps(n_models: int) -> set[int]:
-    """The 20 models whose figure rises by STEP from run step_at(runs) on (every n/20th)."""
-    return set(range(0, n_models, max(n_models // 20, 1)))
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One result series of the benchmark: a model, one of its configs."""
+
+    index: int
+    model: str
+    config: str  #: its tag_configs ('' for a model of one config)
+    metric: str
+    base: float  #: its figure before any step
+
+    def identity(self) -> ResultIdentity:
+        return ResultIdentity(model=self.model, metric=self.metric, tag_configs=self.config, executor="docker",
+                              gpu_vendor="AMD", gpu_architecture="gfx942", n_gpus="8")
+
+
+def layout(n_series: int) -> list[Series]:
+    """The series: CONFIGS configs of each of the first n/(2*CONFIGS) models, then one per model."""
+    multi = n_series // (2 * CONFIGS)
+    out = []
+    for k in range(n_series):
+        model, config = (k // CONFIGS, f"batch_size={2 ** (k % CONFIGS)}") if k < multi * CONFIGS \
+            else (multi + k - multi * CONFIGS, "")
+        name = f"pyt_{FAMILIES[model % len(FAMILIES)]}_{model:04d}"
+        out.append(Series(k, name, config, METRICS[model % len(METRICS)], 100.0 + model % 97 + 3 * (k % CONFIGS)))
+    return out
+
+
+def multi_config_models(n_series: int) -> list[str]:
+    """The models with CONFIGS configs (the model-wide trend's case)."""
+    return sorted({s.model for s in layout(n_series) if s.config})
+
+
+def steps(n_series: int) -> set[int]:
+    """The 20 series whose figure rises by STEP from run step_at(runs) on (every n/20th)."""
+    return set(range(0, n_series, max(n_series // 20, 1)))
 
 
 def run_of(run: int) -> tuple[str, str, str]:
@@ -90,44 +137,107 @@ def step_at(n_runs: int) -> int:
     return int(n_runs * STEP_SHARE)
 
 
-def figures(n_models: int, n_runs: int, runs: range, seed: int = 7):
-    """(run, model index, figure or None for a failure), run by run: the same for perf.csv and asv."""
+def figures(n_series: int, n_runs: int, runs: range, seed: int = 7):
+    """(run, series, figure or None for a failure), run by run: the same for perf.csv and asv."""
     rng = random.Random(seed + runs.start)
-    stepped = steps(n_models)
+    stepped = steps(n_series)
+    every = layout(n_series)
     for run in runs:
-        for model in range(n_models):
-            base = (100.0 + model % 97) * (1 + STEP if model in stepped and run >= step_at(n_runs) else 1)
+        for series in every:
+            base = series.base * (1 + STEP if series.index in stepped and run >= step_at(n_runs) else 1)
             failed = rng.random() < FAIL_RATE
             value = base * rng.lognormvariate(0, CV)
-            yield run, model, None if failed else value
+            yield run, series, None if failed else value
 
 
-def write_perf_csv(path: Path, n_models: int, n_runs: int, runs: range) -> None:
-    index = {name: k for k, name in enumerate(ALL_COLUMNS)}
-    fixed = {"n_gpus": "1", "tags": "nightly,perf", "docker_file": "docker/ci.ubuntu.amd.Dockerfile",
-             "base_docker": "rocm/pytorch:latest", "gpu_architecture": "gfx942", "metric": "samples_per_second",
-             "build_duration": "0.8", "executor": "docker", "gpu_vendor": "AMD", "madengine_version": "2.0.0",
-             "command_line": "madengine run --tags nightly"}
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(ALL_COLUMNS)
-        for run, model, value in figures(n_models, n_runs, runs):
-            run_id, started, commit = run_of(run)
-            row = [""] * len(ALL_COLUMNS)
-            for name, text in fixed.items():
-                row[index[name]] = text
-            for name, text in (("model", model_name(model)), ("docker_image", f"ci-{model_name(model)}"),
-                               ("machine_name", f"node{run % 4}"), ("test_duration", f"{30 + model % 50}.{run % 10}"),
-                               ("run_id", run_id), ("started_at", started), ("git_commit", commit)):
-                row[index[name]] = text
-            if value is None:
-                row[index["status"]], row[index["reason"]] = "FAILURE", REASON
-            else:
-                row[index["status"]], row[index["performance"]] = "SUCCESS", f"{value:.4f}"
-            writer.writerow(row)
+def _hex(seed: str, digits: int = 64) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:digits]
 
 
-def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
+def _series_cells(series: Series) -> dict[str, str]:
+    """The cells a run fills alike for every row of one series (a real row of ``madengine run``)."""
+    family = FAMILIES[int(series.model.rsplit("_", 1)[1]) % len(FAMILIES)]
+    image = f"ci-{series.model}"
+    data = {"dataname": "wikitext-103", "data_provider_type": "local", "data_size": "539M",
+            "data_download_duration": "4.21"} if "bert" in family else {}
+    launcher = {"launcher": "torchrun", "world_size": "8", "nnodes": "1", "nproc_per_node": "8"} \
+        if family.startswith(("megatron", "deepspeed")) else {}
+    return {
+        "model": series.model, "n_gpus": "8", "training_precision": ("fp16", "bf16", "fp32")[series.index % 3],
+        "args": f"--batch-size {2 ** (series.index % CONFIGS)} --seq-len 512" if series.config else "",
+        "tags": f"pyt,{family.split('_')[0]},nightly", "docker_file": f"docker/pyt_{family.split('_')[0]}.Dockerfile",
+        "base_docker": "rocm/pytorch:latest",
+        "docker_image": image, "gpu_architecture": "gfx942", "metric": series.metric, "build_number": "0",
+        "executor": "docker", "gpu_vendor": "AMD", "tag_configs": series.config,
+        "context": json.dumps({"gpu_architecture": "gfx942", "gpu_product_name": "AMD Instinct MI300X",
+                               "gpu_vendor": "AMD", "guest_os": "UBUNTU", "host_os": "HOST_UBUNTU",
+                               "system_ngpus": 8}),
+        "madengine_version": "2.0.0", "precision_source": "declared",
+        "framework_versions": json.dumps({"python": "3.10.14", "torch": "2.3.0+rocm6.2"}),
+        "thread_settings": json.dumps({"cpus": 128}),
+        **data, **launcher}
+
+
+def _run_cells(run: int) -> dict[str, str]:
+    run_id, _, commit = run_of(run)
+    return {"run_id": run_id, "git_commit": commit, "machine_name": f"node-a{run % 4:02d}",
+            "command_line": "madengine run --tags nightly",
+            "docker_sha": f"sha256:{_hex(f'base{run // 7}')}", "image_id": f"sha256:{_hex(f'image{run // 7}')}"}
+
+
+def _measured_cells(value: float, repeats: int, rng: random.Random) -> dict[str, str]:
+    """performance (the median of the repeats) and the statistics `run --repeat N` writes beside it."""
+    samples = sorted([round(value, 4), *(round(value * rng.lognormvariate(0, CV / 3), 4) for _ in range(repeats - 1))])
+    median, mean = samples[len(samples) // 2], statistics.fmean(samples)
+    cells = {"status": "SUCCESS", "performance": f"{median:.4f}", "perf_n": str(repeats), "perf_mean": f"{mean:.6g}",
+             "perf_min": f"{samples[0]:.6g}", "perf_max": f"{samples[-1]:.6g}", "perf_samples": json.dumps(samples),
+             "warmup_runs": "1"}
+    if repeats > 1:
+        stddev = statistics.stdev(samples)
+        half = T975[repeats - 1] * stddev / repeats ** 0.5
+        cells.update(perf_stddev=f"{stddev:.6g}", perf_cv=f"{stddev / mean:.6g}", perf_ci95_low=f"{mean - half:.6g}",
+                     perf_ci95_high=f"{mean + half:.6g}")
+    return cells
+
+
+def perf_rows(n_series: int, n_runs: int, runs: range):
+    """perf.csv rows (cells in ALL_COLUMNS order) as `madengine run --repeat 3` fills them."""
+    rng = random.Random(11 + runs.start)
+    fixed = {s.index: _series_cells(s) for s in layout(n_series)}
+    order = {name: k for k, name in enumerate(ALL_COLUMNS)}
+    current, per_run = None, {}
+    for run, series, value in figures(n_series, n_runs, runs):
+        if run != current:
+            current, per_run = run, _run_cells(run)
+            started = START + datetime.timedelta(days=run)
+        started += datetime.timedelta(seconds=70)
+        cells = {**fixed[series.index], **per_run, "started_at": started.isoformat(timespec="seconds"),
+                 "trace_id": _hex(f"{run}:{series.index}", 32), "build_duration": f"{0.01 + series.index % 7 / 1000:.3f}",
+                 "test_duration": f"{60 + series.index % 50 + rng.random():.3f}",
+                 "host_load_start": f"{rng.random() / 10:.2f}", "host_load_end": f"{rng.random() / 10:.2f}",
+                 "artifacts": f"runs/{per_run['run_id']}/{fixed[series.index]['docker_image']}/run.log"}
+        # the models of several configs run with --repeat 3, the others once
+        measured = _measured_cells(value, 3 if series.config else 1, rng) if value is not None else None
+        cells.update(measured or {"status": "FAILURE", "reason": REASON})
+        row = [""] * len(ALL_COLUMNS)
+        for name, text in cells.items():
+            row[order[name]] = text
+        yield row
+
+
+def write_perf_csv(path: Path, n_series: int, n_runs: int, runs: range, mode: str = "w") -> None:
+    with open(path, mode, newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        if mode == "w":
+            writer.writerow(ALL_COLUMNS)
+        writer.writerows(perf_rows(n_series, n_runs, runs))
+
+
+def asv_name(series: Series) -> str:
+    return f"nightly.track_{series.model}" + (f"_{series.config.replace('=', '_')}" if series.config else "")
+
+
+def write_asv_project(folder: Path, n_series: int, n_runs: int) -> None:
     """The same figures as an asv project: a git repository of one commit per run, benchmarks.json,
     one result file per commit (asv's result format 2), asv.conf.json."""
     repo, results = folder / "repo", folder / "results"
@@ -143,7 +253,7 @@ def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
     subprocess.run(["git", "fast-import", "--quiet"], input=b"".join(stream), cwd=repo, check=True)
     hashes = subprocess.run(["git", "rev-list", "--reverse", "main"], cwd=repo, capture_output=True, text=True,
                             check=True).stdout.split()
-    names = [f"nightly.track_{model_name(m)}" for m in range(n_models)]
+    names = [asv_name(series) for series in layout(n_series)]
     benchmarks = {name: {"code": "", "name": name, "param_names": [], "params": [], "timeout": 60, "type": "track",
                          "unit": "samples/s", "version": "1", "pretty_name": name} for name in names}
     (results / "benchmarks.json").write_text(json.dumps({**benchmarks, "version": 2}))
@@ -160,12 +270,12 @@ def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
                 "version": 2}
         (machine / f"{hashes[run][:8]}-existing-py.json").write_text(json.dumps(data))
 
-    for run, model, value in figures(n_models, n_runs, range(n_runs)):
+    for run, series, value in figures(n_series, n_runs, range(n_runs)):
         if current is not None and run != current:
             flush(current)
             values = {}
         current = run
-        values[model] = value
+        values[series.index] = value
     flush(current)
     (folder / "asv.conf.json").write_text(json.dumps({
         "version": 1, "project": "madengine-nightly", "project_url": "http://localhost/", "repo": str(repo),
@@ -175,47 +285,104 @@ def write_asv_project(folder: Path, n_models: int, n_runs: int) -> None:
 
 # --- processes, timed ----------------------------------------------------------------------------
 
-def timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, float, str, str]:
-    """(wall seconds, peak RSS MB, CPU seconds (its processes, workers included), stdout, stderr) of a
-    command run to its end. On a shared machine the CPU seconds say more than the wall time."""
+def _children() -> dict[int, list[int]]:
+    """Every process's children (by /proc/*/stat)."""
+    found: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            found.setdefault(parent, []).append(int(entry.name))
+    return found
+
+
+def tree_pss_mb(root: int) -> float:
+    """The PSS of ``root`` and all its descendants together (/proc/PID/smaps_rollup), MB: shared pages
+    count once over the tree, as they do in the machine's memory."""
+    children, total, todo = _children(), 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as handle:
+                total += next(int(line.split()[1]) for line in handle if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue  # ended meanwhile
+    return total / 1024
+
+
+@dataclasses.dataclass
+class Timed:
+    """A command run to its end: wall and CPU seconds (its processes, workers included: wait4), the
+    peak RSS of its largest process (wait4), the peak PSS of all its processes together (sampled
+    every SAMPLE_S), the load average of the machine while it ran."""
+
+    wall: float
+    cpu: float
+    rss_mb: float
+    pss_mb: float
+    load: float
+    out: str
+    err: str
+
+
+SAMPLE_S = 0.2
+
+
+def timed(argv: list[str], cwd: Path | None = None) -> Timed:
+    """``argv`` run to its end, measured (:class:`Timed`). On a shared machine the CPU seconds and the
+    memory say more than the wall time; the load says how shared it was."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = [], []
-    readers = [threading.Thread(target=lambda: out.append(process.stdout.read())),
-               threading.Thread(target=lambda: err.append(process.stderr.read()))]
-    for reader in readers:
-        reader.start()
+    out, err, peak = [], [], [0.0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(SAMPLE_S):
+            peak[0] = max(peak[0], tree_pss_mb(process.pid))
+
+    threads = [threading.Thread(target=lambda: out.append(process.stdout.read())),
+               threading.Thread(target=lambda: err.append(process.stderr.read())), threading.Thread(target=sample)]
+    for thread in threads:
+        thread.start()
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
+    done.set()
     process.returncode = os.waitstatus_to_exitcode(status)
-    for reader in readers:
-        reader.join()
+    for thread in threads:
+        thread.join()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:4])}... failed ({process.returncode}):\n{''.join(err)[-3000:]}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, "".join(out), "".join(err)
+    load = max(load_before, os.getloadavg()[0])
+    return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, peak[0], load, "".join(out), "".join(err))
 
 
-def update_table(perf_csv: Path, db: Path) -> tuple[float, float, float, dict]:
-    wall, rss, cpu, out, _ = timed([sys.executable, "-m", "madengine", "database", "update-table", "--csv-file-path",
-                                    str(perf_csv), "--db-url", f"sqlite:///{db}", "--json"])
-    return wall, rss, cpu, json.loads(out)
+def update_table(perf_csv: Path, db: Path) -> tuple[Timed, dict]:
+    measured = timed([sys.executable, "-m", "madengine", "database", "update-table", "--csv-file-path", str(perf_csv),
+                      "--db-url", f"sqlite:///{db}", "--json"])
+    return measured, json.loads(measured.out)
 
 
-def changes_found(db: Path, n_models: int, n_runs: int) -> tuple[int, int, int, int]:
-    """(step models with an alert within 10 runs of the step, of them within 2 runs, alerts of the
-    other models, alerts in all)."""
-    stepped = {model_name(m) for m in steps(n_models)}
+def changes_found(db: Path, n_series: int, n_runs: int) -> tuple[int, int, int, int]:
+    """(step series with an alert within 10 runs of the step, of them within 2 runs, alerts of the
+    other series, alerts in all)."""
+    every = layout(n_series)
+    stepped = {every[k].identity().key() for k in steps(n_series)}
     connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    alerts = connection.execute("SELECT model, after_run FROM dlm_table_alerts WHERE detected = 1").fetchall()
+    alerts = connection.execute("SELECT identity_key, after_run FROM dlm_table_alerts WHERE detected = 1").fetchall()
     connection.close()
 
     def near(runs: int) -> set[str]:
         return {run_of(r)[0] for r in range(step_at(n_runs) - runs, step_at(n_runs) + runs + 1)}
 
-    found = {model for model, after in alerts if model in stepped and after in near(10)}
-    placed = {model for model, after in alerts if model in stepped and after in near(2)}
-    return len(found), len(placed), sum(model not in stepped for model, _ in alerts), len(alerts)
+    found = {key for key, after in alerts if key in stepped and after in near(10)}
+    placed = {key for key, after in alerts if key in stepped and after in near(2)}
+    return len(found), len(placed), sum(key not in stepped for key, _ in alerts), len(alerts)
 
 
 # --- the dashboard -------------------------------------------------------------------------------
@@ -261,18 +428,23 @@ def quantiles(times: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
 
 
-def measure_api(server: Server, n_models: int, runs: list[str]) -> list[tuple[str, float, float, float]]:
+def measure_api(server: Server, n_series: int, runs: list[str]) -> list[tuple[str, float, float, float]]:
     """(call, first, median, p95) per call the pages make, each with CALLS different arguments."""
     q = urllib.parse.quote
-    keys = [ResultIdentity(model=model_name(m), metric="samples_per_second", executor="docker", gpu_vendor="AMD",
-                           gpu_architecture="gfx942", n_gpus="1").key() for m in range(n_models)]
+    every = layout(n_series)
+    keys = [series.identity().key() for series in every]
+    models = sorted({series.model for series in every})
+    single = sorted({series.model for series in every if not series.config})
+    several = multi_config_models(n_series)  # the model-wide trend: CONFIGS series on one page
     calls = {
         "/api/overview": lambda k: "/api/overview" + ("" if k % 2 else f"?page={k % 5 + 1}"),
         "/api/overview?sort=vs_baseline": lambda k: f"/api/overview?sort=vs_baseline&order={'asc' if k % 2 else 'desc'}",
-        "/api/overview?status=FAILURE&model=…": lambda k: f"/api/overview?status=FAILURE&model=model_{k % 9}",
+        "/api/overview?status=FAILURE&model=…": lambda k: f"/api/overview?status=FAILURE&model={models[k % len(models)][:-1]}",
         "/api/identities?gpu_architecture=…": lambda k: f"/api/identities?gpu_architecture=gfx942&page={k % 8 + 1}",
         "/api/series?identity=…": lambda k: "/api/series?identity=" + q(keys[(k * 37) % len(keys)]),
-        "/api/trend?model=…&machine=…": lambda k: f"/api/trend?model={model_name((k * 13) % n_models)}&machine=node{k % 4}",
+        "/api/trend?model=…&machine=… (one config)": lambda k: f"/api/trend?model={single[(k * 13) % len(single)]}"
+                                                                 f"&machine=node-a{k % 4:02d}",
+        f"/api/trend?model=… ({CONFIGS} configs)": lambda k: f"/api/trend?model={several[(k * 7) % len(several)]}",
         "/api/runs": lambda k: f"/api/runs?page={k % 5 + 1}",
         "/api/run?run=…": lambda k: "/api/run?run=" + q(runs[(k * 7) % len(runs)]),
         "/api/compare?old=…&new=…": lambda k: f"/api/compare?old={q(runs[(k * 11) % (len(runs) - 1)])}"
@@ -282,6 +454,7 @@ def measure_api(server: Server, n_models: int, runs: list[str]) -> list[tuple[st
         "/api/version": lambda k: "/api/version",
         "page /": lambda k: "/" + ("" if k % 2 else "?status=FAILURE"),
         "page /trend?identity=…": lambda k: "/trend?identity=" + q(keys[(k * 53) % len(keys)]),
+        f"page /trend?model=… ({CONFIGS} configs)": lambda k: f"/trend?model={several[(k * 11) % len(several)]}",
         "page /run?run=…": lambda k: "/run?run=" + q(runs[(k * 3) % len(runs)]),
         "page /compare": lambda k: f"/compare?old={q(runs[(k * 5) % (len(runs) - 2)])}&new={q(runs[(k * 5) % (len(runs) - 2) + 2])}",
         "page /runs": lambda k: "/runs",
@@ -320,125 +493,153 @@ def first_screen_in_chromium(base: str) -> list[tuple[float, float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=None, help="keep the data here (default: a temporary folder)")
-    parser.add_argument("--identities", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--series", "--identities", type=int, default=2000, dest="series",
+                        help="result series (default 2,000: half of them 10 configs of a model)")
+    parser.add_argument("--runs", type=int, default=500, help="runs (default 500)")
+    parser.add_argument("--rows", type=int, default=None,
+                        help="rows in all instead of --runs (runs = rows / series), e.g. --rows 100000 for a quick run")
     parser.add_argument("--no-asv", action="store_true", help="leave asv publish out")
+    parser.add_argument("--no-browser", action="store_true", help="leave the first screen in Chromium out")
     parser.add_argument("--dashboard-only", action="store_true",
                         help="measure only the dashboard, over the database an earlier run left in --work")
     args = parser.parse_args()
+    runs = max(args.rows // args.series, 2 * STEP_MIN_RUNS) if args.rows else args.runs
     with tempfile.TemporaryDirectory(prefix="dashboard-scale-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         if args.dashboard_only:
-            return dashboard_only(work / "results.db", args.identities)
-        return run(work, args.identities, args.runs, not args.no_asv)
+            return dashboard_only(work / "results.db", args.series, not args.no_browser)
+        return run(work, args.series, runs, not args.no_asv, not args.no_browser)
 
 
-def prepare(work: Path, n_models: int, n_runs: int, with_asv: bool) -> tuple[Path, Path, Path | None]:
-    perf, nightly, asv = work / f"perf-{n_models}x{n_runs}.csv", work / f"next-{n_models}x{n_runs}.csv", None
+def prepare(work: Path, n_series: int, n_runs: int, with_asv: bool) -> tuple[Path, Path, Path | None]:
+    """The perf.csv of ``n_runs`` runs, the file of the next run alone, the asv project (made once per size)."""
+    perf, nightly, asv = work / f"perf-{n_series}x{n_runs}.csv", work / f"next-{n_series}x{n_runs}.csv", None
     if not perf.exists():
-        print(f"writing {n_models * n_runs:,} rows to {perf} ...", file=sys.stderr, flush=True)
-        write_perf_csv(perf.with_suffix(".tmp"), n_models, n_runs, range(n_runs))
+        print(f"writing {n_series * n_runs:,} rows to {perf} ...", file=sys.stderr, flush=True)
+        write_perf_csv(perf.with_suffix(".tmp"), n_series, n_runs, range(n_runs))
         perf.with_suffix(".tmp").rename(perf)
-        write_perf_csv(nightly, n_models, n_runs, range(n_runs, n_runs + 1))
+        write_perf_csv(nightly, n_series, n_runs, range(n_runs, n_runs + 1))
     if with_asv:
         if importlib.util.find_spec("asv") is None:
             print("asv is not installed (pip install asv): asv publish is left out", file=sys.stderr)
             return perf, nightly, None
-        asv = work / f"asv-{n_models}x{n_runs}"
+        asv = work / f"asv-{n_series}x{n_runs}"
         if not (asv / "asv.conf.json").exists():
             print(f"writing the asv project {asv} ...", file=sys.stderr, flush=True)
             shutil.rmtree(asv, ignore_errors=True)
-            write_asv_project(asv, n_models, n_runs)
+            write_asv_project(asv, n_series, n_runs)
     return perf, nightly, asv
 
 
-def run(work: Path, n_models: int, n_runs: int, with_asv: bool) -> int:
-    perf, nightly, asv = prepare(work, n_models, n_runs, with_asv)
-    db = work / "results.db"
-    for stale in (db, db.with_suffix(".db-journal")):
+def run(work: Path, n_series: int, n_runs: int, with_asv: bool, with_browser: bool) -> int:
+    perf, nightly, asv = prepare(work, n_series, n_runs, with_asv)
+    db, growing = work / "results.db", work / "growing.csv"
+    for stale in (db, db.with_suffix(".db-journal"), growing):
         stale.unlink(missing_ok=True)
+    shutil.copyfile(perf, growing)  # the perf.csv the next run appends to (the original stays for the next time)
     print("importing ...", file=sys.stderr, flush=True)
-    import_s, import_mb, import_cpu, imported = update_table(perf, db)
+    imported, first = update_table(growing, db)
     publish = None
     if asv is not None:
         print("asv publish ...", file=sys.stderr, flush=True)
         shutil.rmtree(asv / "html", ignore_errors=True)
         publish = timed([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(asv / "asv.conf.json")],
-                        cwd=asv)[:3]
-    append_s, append_mb, append_cpu, appended = update_table(nightly, db)
-    found, placed, false, alerts = changes_found(db, n_models, n_runs)
-    api, screen, server, rss_now, complete = measure_dashboard(db, n_models)
+                        cwd=asv)
+    print("appending the next run and importing again ...", file=sys.stderr, flush=True)
+    with open(growing, "ab") as handle, open(nightly, "rb") as run_rows:
+        run_rows.readline()  # its header: the run's rows go after the file's own
+        shutil.copyfileobj(run_rows, handle)
+    appended, after = update_table(growing, db)
+    found, placed, false, alerts = changes_found(db, n_series, n_runs)
+    api, screen, server, rss_now, complete = measure_dashboard(db, n_series, with_browser)
     return report(locals())
 
 
-def measure_dashboard(db: Path, n_models: int) -> tuple[list, list, Server, int, bool]:
+def measure_dashboard(db: Path, n_series: int, with_browser: bool) -> tuple[list, list, Server, int, bool]:
     server = Server(db)
     try:
         runs = [r["run_id"] for r in json.loads(server.get("/api/runs?per_page=500")[1])["items"]]
         complete = json.loads(server.get("/api/changes?per_page=1")[1])["complete"]
-        api = measure_api(server, n_models, runs)
-        screen = first_screen_in_chromium(server.base)
+        api = measure_api(server, n_series, runs)
+        screen = first_screen_in_chromium(server.base) if with_browser else []
         rss_now = server.sample_rss()
     finally:
         server.stop()
     return api, screen, server, rss_now, complete
 
 
-def dashboard_only(db: Path, n_models: int) -> int:
+def dashboard_only(db: Path, n_series: int, with_browser: bool) -> int:
     if not db.exists():
         raise SystemExit(f"{db}: no database yet: run without --dashboard-only first")
-    api, screen, server, rss_now, _ = measure_dashboard(db, n_models)
-    failed = print_dashboard(api, screen, server, rss_now)
+    load = os.getloadavg()[0]
+    api, screen, server, rss_now, _ = measure_dashboard(db, n_series, with_browser)
+    failed = print_dashboard(api, screen, server, rss_now, max(load, os.getloadavg()[0]))
     print("all targets met" if not failed else f"MISSED: {', '.join(failed)}")
     return 1 if failed else 0
 
 
-def print_dashboard(api: list, screen: list, server: Server, rss_now: int) -> list[str]:
+def print_dashboard(api: list, screen: list, server: Server, rss_now: int, load: float) -> list[str]:
     failed = []
-    print(f"  {'call':40} {'first ms':>9} {'median ms':>10} {'p95 ms':>8}   (each {CALLS} calls, other arguments)")
+    print(f"  every API call and page, each {CALLS} times with other arguments (target: median <= "
+          f"{TARGET_MEDIAN_S * 1000:.0f} ms, p95 <= {TARGET_P95_S * 1000:.0f} ms); load average {load:.1f}")
+    print(f"  {'call':44} {'first ms':>9} {'median ms':>10} {'p95 ms':>8}")
     for name, first, median, p95 in api:
         ok = median <= TARGET_MEDIAN_S and p95 <= TARGET_P95_S
         failed += [] if ok else [name]
-        print(f"  {name:40} {first * 1000:9.1f} {median * 1000:10.1f} {p95 * 1000:8.1f}   {'ok' if ok else 'MISSED'}")
-    load = statistics.median(s[0] for s in screen)
-    paint = statistics.median(s[1] for s in screen)
-    ok = max(s[0] for s in screen) <= TARGET_FIRST_SCREEN_S
-    failed += [] if ok else ["first screen"]
-    print(f"  first screen in Chromium (the overview, 5 loads): load event median {load:.2f} s "
-          f"(max {max(s[0] for s in screen):.2f} s), first contentful paint {paint:.2f} s   "
-          f"{'ok' if ok else 'MISSED'} (target <= {TARGET_FIRST_SCREEN_S:.0f} s)")
+        print(f"  {name:44} {first * 1000:9.1f} {median * 1000:10.1f} {p95 * 1000:8.1f}   {'ok' if ok else 'MISSED'}")
+    if screen:
+        load_s = statistics.median(s[0] for s in screen)
+        paint = statistics.median(s[1] for s in screen)
+        ok = max(s[0] for s in screen) <= TARGET_FIRST_SCREEN_S
+        failed += [] if ok else ["first screen"]
+        print(f"  first screen in Chromium (the overview, 5 loads): load event median {load_s:.2f} s "
+              f"(max {max(s[0] for s in screen):.2f} s), first contentful paint {paint:.2f} s   "
+              f"{'ok' if ok else 'MISSED'} (target <= {TARGET_FIRST_SCREEN_S:.0f} s)")
     print(f"  server RSS: peak {server.rss_peak / 2**20:.0f} MB, at the end {rss_now / 2**20:.0f} MB")
     return failed
 
 
+def _measured_line(name: str, measured: Timed, verdict: str) -> str:
+    return (f"  {name:46} {measured.wall:8.1f} {measured.cpu:7.1f} {measured.pss_mb:8.0f} {measured.rss_mb:8.0f} "
+            f"{measured.load:5.1f}   {verdict}")
+
+
 def report(m: dict) -> int:
-    n, rows = m["n_models"], m["n_models"] * m["n_runs"]
+    n, runs = m["n_series"], m["n_runs"]
+    rows, imported, appended = n * runs, m["imported"], m["appended"]
     failed = []
 
     def check(ok: bool, name: str) -> str:
         failed.extend([] if ok else [name])
         return "ok" if ok else "MISSED"
 
-    print(f"results history of {rows:,} rows ({n:,} models x {m['n_runs']} runs, CV 2 %, a 5 % step in "
-          f"{len(steps(n))} models at run {step_at(m['n_runs'])}, 2 % failures); SQLite; {os.cpu_count()} cores")
-    print(f"  {'':44} {'wall s':>8} {'CPU s':>7} {'peak RSS MB':>12}")
-    print(f"  {f'madengine database update-table ({rows:,} rows)':44} {m['import_s']:8.1f} {m['import_cpu']:7.1f} "
-          f"{m['import_mb']:12.0f}   "
-          f"{check(m['import_s'] <= TARGET_IMPORT_S and m['import_mb'] <= TARGET_IMPORT_MB, 'import')} "
-          f"(target <= {TARGET_IMPORT_S:.0f} s, <= {TARGET_IMPORT_MB} MB)")
-    if m["publish"] is not None:
-        print(f"  {'asv publish (the same data)':44} {m['publish'][0]:8.1f} {m['publish'][2]:7.1f} "
-              f"{m['publish'][1]:12.0f}   (madengine/asv: {m['import_s'] / m['publish'][0]:.2f}x the time, "
-              f"{m['import_cpu'] / m['publish'][2]:.2f}x the CPU, {m['import_mb'] / m['publish'][1]:.2f}x the memory)")
-    print(f"  {f'update-table of the next run ({n:,} rows)':44} {m['append_s']:8.1f} {m['append_cpu']:7.1f} "
-          f"{m['append_mb']:12.0f}   "
-          f"{check(m['append_s'] <= TARGET_APPEND_S, 'append')} (target <= {TARGET_APPEND_S:.0f} s, "
-          f"change detection complete: {check(m['complete'], 'complete')})")
-    print(f"  changes: {m['found']} of {len(steps(n))} step models found ({m['placed']} within 2 runs of the step); "
+    size = m["perf"].stat().st_size
+    print(f"results history of {rows:,} rows ({n:,} series: {len(multi_config_models(n))} models x {CONFIGS} configs "
+          f"and {n - CONFIGS * len(multi_config_models(n)):,} models of one; {runs} runs; rows as `madengine run` fills "
+          f"them, {size / rows:.0f} bytes a row; CV 2 %, a 5 % step in {len(steps(n))} series at run {step_at(runs)}, "
+          f"2 % failures); SQLite; {os.cpu_count()} cores")
+    print(f"  {'':46} {'wall s':>8} {'CPU s':>7} {'PSS MB':>8} {'RSS MB':>8} {'load':>5}")
+    print("  (CPU: all its processes; PSS: all its processes together, peak of samples every "
+          f"{SAMPLE_S} s; RSS: its largest process; load: the machine's 1-minute load average)")
+    ok = imported.wall <= TARGET_IMPORT_S and imported.cpu <= TARGET_IMPORT_CPU_S and imported.pss_mb <= TARGET_IMPORT_MB
+    print(_measured_line(f"madengine database update-table ({rows:,} rows)", imported,
+                         f"{check(ok, 'import')} (target <= {TARGET_IMPORT_S:.0f} s wall, <= {TARGET_IMPORT_CPU_S:.0f} s "
+                         f"CPU, <= {TARGET_IMPORT_MB} MB)"))
+    publish = m["publish"]
+    if publish is not None:
+        print(_measured_line("asv publish (the same data)", publish,
+                             f"(madengine/asv: {imported.wall / publish.wall:.2f}x the time, "
+                             f"{imported.cpu / publish.cpu:.2f}x the CPU, {imported.pss_mb / publish.pss_mb:.2f}x the memory)"))
+    resumed = m["after"]["unread"] == rows and m["after"]["inserted"] == n
+    print(_measured_line(f"the next run appended ({rows + n:,} rows)", appended,
+                         f"{check(appended.wall <= TARGET_APPEND_S and resumed, 'append')} (target <= "
+                         f"{TARGET_APPEND_S:.0f} s wall; {m['after']['unread']:,} rows not read again, "
+                         f"{m['after']['inserted']:,} inserted; change detection complete: {check(m['complete'], 'complete')})"))
+    print(f"  changes: {m['found']} of {len(steps(n))} step series found ({m['placed']} within 2 runs of the step); "
           f"{m['false']} alert(s) among the {n - len(steps(n)):,} others; {m['alerts']} in all, over "
-          f"{m['imported']['series']:,} series")
-    failed += print_dashboard(m["api"], m["screen"], m["server"], m["rss_now"])
+          f"{m['first']['series']:,} series")
+    failed += print_dashboard(m["api"], m["screen"], m["server"], m["rss_now"], max(imported.load, appended.load))
     print("all targets met" if not failed else f"MISSED: {', '.join(failed)}")
     return 1 if failed else 0
 

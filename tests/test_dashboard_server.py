@@ -114,6 +114,23 @@ def test_figures_written_as_whole_numbers(live, results_url, tmp_path):
     assert live.get("/trend?model=whole")[0] == 200
 
 
+def test_a_trend_of_several_results_links_to_the_runs_of_each(live, results_url, tmp_path):
+    """A model of several configs on one trend page: a chart each, and a link to each one's own page,
+    which lists its runs (a page of 10 configs x 500 runs is not ten tables of 500 rows)."""
+    rows = [PerfRecord(model="multi", status="SUCCESS", performance=f"{10 + k}", metric="fps", run_id=f"m{k}",
+                       tag_configs=config, started_at=f"2026-04-0{k}T10:00:00Z")
+            for k in range(1, 6) for config in ("bs=1", "bs=2")]
+    update_table(append_records(tmp_path / "multi.csv", rows), results_url)
+    trend = live.json("/api/trend?model=multi")
+    assert [len(s["points"]) for s in trend["series"]] == [5, 5]
+    status, _, page = live.get("/trend?model=multi")
+    assert status == 200 and page.count(b'class="trend-chart"') == 2
+    assert page.count(b"run(s) of this result, listed") == 2 and b'<details class="runs-of-trend">' not in page
+    one = urllib.parse.quote(trend["series"][0]["identity"]["identity_key"])
+    status, _, page = live.get(f"/trend?identity={one}")
+    assert status == 200 and page.count(b'<details class="runs-of-trend">') == 1
+
+
 def test_runs_run_detail_and_compare_match_the_cli(live, results_url, cli):
     runs = live.json("/api/runs")
     listed = json.loads(cli("database", "list-runs", "--db-url", results_url, "--json").stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Iterable
 
@@ -41,3 +42,28 @@ def one_error_line(stderr: str) -> str:
     assert lines[0].startswith("madengine: error: "), stderr
     assert "Traceback" not in stderr
     return lines[0]
+
+
+def clean_database_env(monkeypatch, folder: Path) -> Path:
+    """``folder`` as the current directory, with none of the variables that choose a database."""
+    monkeypatch.chdir(folder)
+    for name in ("MADENGINE_DB_URL", "TUNA_DB_HOSTNAME", "MONGO_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    return folder
+
+
+def every_table(path: Path, leave_out: Iterable[str] = ()) -> dict[str, list[tuple]]:
+    """Every table of a SQLite results database but ``leave_out``, rows in order, the moments of the
+    import left out."""
+    connection = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+                  if r[0] not in leave_out]
+        out = {}
+        for table in tables:
+            names = [r[1] for r in connection.execute(f'PRAGMA table_info("{table}")')
+                     if r[1] not in ("created_date", "detected_at", "updated_at", "imported_at")]
+            out[table] = connection.execute(f'SELECT {", ".join(names)} FROM "{table}" ORDER BY 1').fetchall()
+        return out
+    finally:
+        connection.close()

@@ -24,7 +24,7 @@ from madengine.core.events import Reporter
 from madengine.database import importer, rows as rowlib, update_table
 from madengine.database.rows import PerfCsv, content_keys
 from madengine.stats.changepoint import detect
-from test_database_helpers import history, one_error_line, relative, write_perf_csv
+from test_database_helpers import every_table, history, one_error_line, relative, write_perf_csv
 
 
 @pytest.fixture
@@ -72,21 +72,6 @@ def test_a_perf_csv_is_imported_in_batches_with_the_keys_of_the_whole_file(workd
     assert (again.inserted, again.already_stored, again.new_alerts) == (0, 12, 0)
 
 
-def every_table(path) -> dict[str, list[tuple]]:
-    """Every table of a results database, rows in order, the moments of the import left out."""
-    connection = sqlite3.connect(path)
-    try:
-        tables = [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        out = {}
-        for table in tables:
-            names = [r[1] for r in connection.execute(f'PRAGMA table_info("{table}")')
-                     if r[1] not in ("created_date", "detected_at", "updated_at")]
-            out[table] = connection.execute(f'SELECT {", ".join(names)} FROM "{table}" ORDER BY 1').fetchall()
-        return out
-    finally:
-        connection.close()
-
-
 def test_a_big_import_read_ahead_and_advanced_in_processes_writes_what_a_small_one_writes(workdir, monkeypatch):
     """The child process that reads a big perf.csv ahead and the workers that advance its series
     change nothing in what is stored: every table as the in-process import of the same rows."""
@@ -107,12 +92,28 @@ def test_a_big_import_read_ahead_and_advanced_in_processes_writes_what_a_small_o
     assert every_table(workdir / "big.db") == every_table(workdir / "small.db")
 
 
+class Batches:
+    """A source of row batches (as PerfCsv is) made of a generator."""
+
+    def __init__(self, batches):
+        self._batches, self.share, self.taken = batches, 0.0, None
+
+    def batches(self):
+        return self._batches
+
+    def read(self):
+        return "what was read"
+
+    def take(self, read):
+        self.taken = read
+
+
 def test_read_ahead_raises_the_childs_error_here_and_reaps_it(workdir):
     def failing():
         yield [rowlib.ImportRow("k1", [""] * len(rowlib.COLUMN_AT), {}, "g")]
         raise InputError("line 9: empty 'model' cell", path="perf.csv", hint="fix or remove that line")
 
-    with importer.ReadAhead(failing(), rows=10**9) as ahead:
+    with importer.ReadAhead(Batches(failing()), size=10**9) as ahead:
         batches = iter(ahead)
         assert [row.key for row in next(batches)] == ["k1"]
         with pytest.raises(InputError) as caught:
@@ -121,10 +122,22 @@ def test_read_ahead_raises_the_childs_error_here_and_reaps_it(workdir):
     assert str(caught.value) == "perf.csv: line 9: empty 'model' cell (fix or remove that line)"
     assert child is not None and not child.is_alive() and child.exitcode == 0
     endless = ([rowlib.ImportRow(f"k{k}", [""] * len(rowlib.COLUMN_AT), {}, "g")] for k in range(10**9))
-    with importer.ReadAhead(endless, rows=10**9) as ahead:
+    with importer.ReadAhead(Batches(endless), size=10**9) as ahead:
         assert next(iter(ahead))[0].key == "k0"  # the import stops early: the child is ended with the block
         child = ahead._child
     assert not child.is_alive()
+
+
+def test_read_ahead_hands_over_the_rows_and_what_was_read(workdir):
+    """Rows cross to the importing process as they were made (cells that hold the separators of the
+    cheap way across too), and what the reading process read of the file comes with them."""
+    rows = [rowlib.ImportRow(f"k{k}", [f"cell{k}", "", "a\x1fb" if k == 3 else "x", *[""] * (len(rowlib.COLUMN_AT) - 3)],
+                             {"zone": "z"} if k % 2 else {}, f"g{k % 2}") for k in range(5)]
+    source = Batches(iter([rows[:2], rows[2:], []]))
+    with importer.ReadAhead(source, size=10**9) as ahead:
+        assert ahead.forks
+        got = list(ahead)
+    assert got == [rows[:2], rows[2:], []] and source.taken == "what was read"
 
 
 def test_rows_appended_while_importing_wait_for_the_next_import(workdir):

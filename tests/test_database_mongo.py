@@ -115,7 +115,8 @@ class FakeMongo:
             elif update.get("upsert"):
                 store[key] = {"_id": key, **change.get("$setOnInsert", {}), **change.get("$set", {})}
                 upserted.append({"index": index, "_id": key})
-        return request.ok(n=matched + len(upserted), nModified=modified, upserted=upserted)
+        # a server leaves 'upserted' out when nothing was (update_one reads its first entry when present)
+        return request.ok(n=matched + len(upserted), nModified=modified, **({"upserted": upserted} if upserted else {}))
 
 
 @pytest.fixture(scope="module")
@@ -284,8 +285,10 @@ def test_update_table_on_mongodb_is_idempotent_with_relative_change(workdir, cli
         assert u["upsert"] is True and list(u["u"]) == ["$setOnInsert"] and len(u["q"]["_id"]) == 64
 
     again = cli("database", "update-table", "--csv-file-path", "perf.csv", "--db-url", url, "--json")
-    assert json.loads(again.stdout)["inserted"] == 0
+    assert (json.loads(again.stdout)["inserted"], json.loads(again.stdout)["unread"]) == (0, 7)  # nothing read again
     assert len(mongo.collections[("results", "dlm_table")]) == 7
+    [mark] = mongo.collections[("results", "dlm_table_files")].values()
+    assert (mark["rows"], mark["size"]) == (7, (workdir / "perf.csv").stat().st_size)
 
     (row,) = fetch_run(url, "run7")
     assert relative(row) == {"pct_change": 75.0, "baseline_avg": 40.0, "sample_count": 5}

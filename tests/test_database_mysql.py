@@ -256,3 +256,31 @@ def test_a_big_import_on_mariadb_read_ahead_and_advanced_in_workers_matches_sqli
         same.execute("SELECT row_key, relative_change FROM dlm_table ORDER BY id").fetchall()
     assert [(a["alert_id"], a["after_run"]) for a in _rows(server, name, "dlm_table_alerts", "alert_id")] == \
         same.execute("SELECT alert_id, after_run FROM dlm_table_alerts ORDER BY alert_id").fetchall()
+
+
+def test_an_appended_perf_csv_is_read_from_where_its_import_ended_on_mariadb(server, database, cli, tmp_path):
+    """The file marks live beside the MariaDB table: an append reads only the new rows (with the same
+    rows, keys and relative_change as SQLite), an edit in place makes the next import read it whole."""
+    name, url = database
+    rows = [dict(model=model, performance=100.0 + k % 5, run_id=f"run{k:03d}") for k in range(12) for model in "ab"]
+    write_perf_csv(tmp_path / "perf.csv", rows[:20])
+    lite = f"sqlite:///{tmp_path / 'same.db'}"
+    for target in (url, lite):
+        assert update_table(tmp_path / "perf.csv", target).inserted == 20
+    write_perf_csv(tmp_path / "perf.csv", rows[20:])
+    for target in (url, lite):
+        result = update_table(tmp_path / "perf.csv", target)
+        assert (result.rows, result.unread, result.inserted, result.read_whole_because) == (24, 20, 4, "")
+    same = sqlite3.connect(tmp_path / "same.db")
+    assert [(r["row_key"], r["relative_change"]) for r in _rows(server, name)] == \
+        same.execute("SELECT row_key, relative_change FROM dlm_table ORDER BY id").fetchall()
+    [mark] = _rows(server, name, "dlm_table_files", "file_hash")
+    assert (mark["path"], mark["rows"], mark["size"]) == (str(tmp_path / "perf.csv"), 24, (tmp_path / "perf.csv").stat().st_size)
+    text = (tmp_path / "perf.csv").read_text()
+    with open(tmp_path / "perf.csv", "r+", encoding="utf-8") as handle:  # edited in place
+        handle.seek(text.index("101.0"))
+        handle.write("109.0")
+    edited = cli("database", "update-table", "--csv-file-path", str(tmp_path / "perf.csv"), "--db-url", url, "--json")
+    assert edited.code == 0, edited
+    assert (json.loads(edited.stdout)["unread"], json.loads(edited.stdout)["inserted"]) == (0, 1)
+    assert "reading the whole file: its first" in edited.stderr and server.password not in edited.stderr

@@ -1,10 +1,12 @@
 """The operations behind ``madengine database`` and ``report alerts``: one function per command, no printing.
 
-perf.csv is the source of truth. Every import reads and checks the whole file before it connects
+perf.csv is the source of truth. Every import reads and checks the file before it writes anything
 (streamed: never held whole), writes in one transaction (SQL) or with idempotent upserts (MongoDB),
 and skips rows already stored; when the database cannot be reached nothing is lost, and the next
-``update-table`` of the same perf.csv brings the database up to date. The import itself is
-:mod:`madengine.database.importer` (rows in batches, then one pass per touched result series).
+``update-table`` of the same perf.csv brings the database up to date. A perf.csv imported before
+and only appended to since is read from where that import ended (:meth:`.rows.PerfCsv.resume`).
+The import itself is :mod:`madengine.database.importer` (rows in batches, then one pass per touched
+result series).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from madengine.core.errors import InputError
+from madengine.core.errors import CredentialError, InputError, MadEngineError, ServiceError
 from madengine.core.gcpause import collector_paused
 from madengine.core.events import Reporter
 from madengine.database import alerts as alertlib
@@ -53,6 +55,8 @@ class ImportResult:
     table_created: bool
     series: int = 0  #: result series whose changes and verdicts this import brought up to date
     new_alerts: int = 0  #: changes found for the first time
+    unread: int = 0  #: rows an earlier import of the file read, not read again (the file only grew since)
+    read_whole_because: str = ""  #: why a file imported before was read whole again ('' when it was not)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -63,13 +67,15 @@ def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 @contextlib.contextmanager
-def open_store(url: DbUrl, table: str, environ: Mapping[str, str], *, create: bool) -> Iterator[Store]:
-    """The results store of ``url``, with driver errors turned into one-line typed errors."""
+def open_store(url: DbUrl, table: str, environ: Mapping[str, str], *, create: bool,
+               readonly: bool = False) -> Iterator[Store]:
+    """The results store of ``url``, with driver errors turned into one-line typed errors
+    (``readonly``: a SQL database refuses writes on this connection)."""
     check_identifier(table, "table")
     guard = mongo_errors(url) if url.scheme == "mongodb" else driver_errors(url)
     with guard:
         store = MongoStore(url, table, environ, create=create) if url.scheme == "mongodb" \
-            else SqlStore(url, table, create=create)
+            else SqlStore(url, table, create=create, readonly=readonly)
         with store:
             yield store
 
@@ -91,21 +97,60 @@ def update_table(csv_file_path: Path, db_url: str | None = None, environ: Mappin
                  reporter: Reporter | None = None) -> ImportResult:
     """Import the rows of a perf.csv that the database does not have yet.
 
-    The file is checked whole first (one streamed pass; bad input fails before any connection is
-    made), then imported in batches (:mod:`madengine.database.importer`): new SUCCESS rows get
+    The file is checked first (one streamed pass; bad input fails before anything is written), then
+    imported in batches (:mod:`madengine.database.importer`): new SUCCESS rows get
     ``relative_change`` against the latest runs of their result identity after its last change
     point, every series the import touched gets its change points, verdict and alerts. A table of an
-    earlier release is migrated in place first. ``reporter`` gets progress lines on long imports.
+    earlier release is migrated in place first. A file imported into this table before and only
+    appended to since is read from where that import ended; one that was rewritten, truncated or
+    edited is read whole, and ``reporter`` gets a line saying why (and progress lines on long imports).
     """
     environ = _environ(environ)
+    path = Path(csv_file_path)
     with collector_paused():  # millions of rows made and dropped, none in a cycle: nothing to scan for
-        return _update_table(rowlib.PerfCsv(Path(csv_file_path)), db_url, environ, model_json_path, table, reporter)
+        source = rowlib.PerfCsv(path)
+        mark, why, unreachable = _earlier_import(source, db_url, environ, table)
+        why = why or (source.resume(mark) if mark is not None else "")
+        try:
+            return _update_table(source, db_url, environ, model_json_path, table, reporter, why, unreachable,
+                                 mark.last_id if source.start and mark is not None else None)
+        except importer.RepeatsEarlierRow:
+            why = "a row appended since repeats one imported before (identical rows are counted over the whole file)"
+            return _update_table(rowlib.PerfCsv(path), db_url, environ, model_json_path, table, reporter, why,
+                                 None, None)
+
+
+def _earlier_import(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[str, str],
+                    table: str) -> tuple[rowlib.FileMark | None, str, MadEngineError | None]:
+    """What the latest import of ``source`` into the table read of it (None: nothing, or the database
+    cannot be read now), why it no longer counts ('' when it may), and the error of a database that
+    cannot be reached or refuses the credentials: raised once the file has been checked, as when the
+    file is read whole (a bad file is named first)."""
+    try:
+        url = resolve_sql_url(db_url, environ)
+        with open_store(url, table, environ, create=False, readonly=True) as store:
+            mark = store.file_mark(*rowlib.file_place(source.path))
+            if mark is not None and store.row_key(mark.last_id) != mark.last_key:
+                return None, "the table no longer holds the rows of its latest import", None
+            return mark, "", None
+    except (ServiceError, CredentialError) as exc:
+        return None, "", exc
+    except MadEngineError:
+        return None, "", None  # no database or table yet, a bad URL (named once the file is checked)
 
 
 def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[str, str],
-                  model_json_path: Path | None, table: str, reporter: Reporter | None) -> ImportResult:
-    total = source.check()
+                  model_json_path: Path | None, table: str, reporter: Reporter | None, why: str,
+                  unreachable: MadEngineError | None, earlier_through: int | None) -> ImportResult:
+    if why and reporter is not None:
+        reporter.message(f"madengine: {source.path}: reading the whole file: {why}")
+    source.open()
+    # a small file is checked whole before a database is opened; a big one as it is read (ahead, in
+    # another process), its import rolled back on a bad line
+    total = source.check() if source.unread_bytes < importer.READ_AHEAD_FROM else 0
     entries = rowlib.load_model_entries(Path(model_json_path)) if model_json_path is not None else None
+    if unreachable is not None:
+        raise unreachable
     url = resolve_sql_url(db_url, environ)
     enriched = 0
 
@@ -117,14 +162,20 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
             yield batch
 
     # the rows are read ahead from here on (a child process for a big file), while the store is made ready
-    with importer.ReadAhead(source.batches(), total) as ahead, open_store(url, table, environ, create=True) as store:
+    with importer.ReadAhead(source, source.unread_bytes) as ahead, \
+            open_store(url, table, environ, create=True) as store:
         state = store.create_table()
         importer.catch_up(store, reporter)
         outcome = importer.import_rows(store, batches(ahead), total=total, reporter=reporter,
-                                       what=f"importing {source.path.name}")
-    return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=total,
-                        inserted=outcome.inserted, already_stored=outcome.already_stored, enriched=enriched,
-                        table_created=state.created, series=outcome.series, new_alerts=outcome.new_alerts)
+                                       what=f"importing {source.path.name}", earlier_through=earlier_through,
+                                       share=lambda: source.share)
+        last_id = store.mark()
+        store.save_file_mark(source.mark(last_id, store.row_key(last_id)))
+    rows = source.rows_before + source.rows
+    return ImportResult(url=url.shown, table=table, csv_file=str(source.path), rows=rows,
+                        inserted=outcome.inserted, already_stored=source.rows_before + outcome.already_stored, enriched=enriched,
+                        table_created=state.created, series=outcome.series, new_alerts=outcome.new_alerts,
+                        unread=source.rows_before, read_whole_because=why)
 
 
 def fetch_run(db_url: str | None, run_id: str, environ: Mapping[str, str] | None = None,

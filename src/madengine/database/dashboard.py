@@ -157,11 +157,15 @@ class Reader:
     @staticmethod
     def _dicts(names: Sequence[str], wanted: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[dict[str, str]]:
         empty = dict.fromkeys(wanted, "") if list(names) != list(wanted) else {}
+        at_id = list(names).index("id") if "id" in names else -1  # the integer column: text like the others
         out = []
         for row in rows:
             # the common case, every cell text, stays in C (a run of thousands of rows per comparison)
-            record = dict(zip(names, row)) if set(map(type, row)) == {str} else \
-                {n: _text(v) for n, v in zip(names, row)}
+            record = dict(zip(names, row))
+            if at_id >= 0:
+                record["id"] = str(row[at_id])
+            if not all(map(str.__instancecheck__, record.values())):
+                record = {n: _text(v) for n, v in record.items()}
             out.append({**empty, **record} if empty else record)
         return out
 

@@ -23,13 +23,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import itertools
 import multiprocessing
-import operator
 import os
 import pickle
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from madengine.core.errors import ServiceError
 from madengine.core.events import Reporter
@@ -38,7 +36,7 @@ from madengine.database.rows import ImportRow, now_text
 from madengine.database.series import ROW_COLUMNS, Advance, RunningBaselines, SeriesState, advance
 
 SERIES_CHUNK = 100  #: series whose new rows are read and written at once
-READ_AHEAD_FROM = 50_000  #: rows of a perf.csv from which its batches are read in a child process (ReadAhead)
+READ_AHEAD_FROM = 32 << 20  #: bytes of a perf.csv to read from which its batches are read in a child process (ReadAhead)
 WORKERS_FROM = 50_000  #: rows an import brings from which its series are advanced in worker processes
 #: (a nightly run adds one point to each series: its work is small, handing it out would cost as much)
 MAX_WORKERS = 4
@@ -56,27 +54,47 @@ class Outcome:
     corrected: int = 0  #: relative_change cells the series pass corrected
 
 
+class RepeatsEarlierRow(Exception):
+    """A row read after the rows an earlier import of the same file read is stored at or before that
+    import's last row: it may repeat a row not read this time, whose occurrence number (part of its
+    content key) only a whole read of the file gives."""
+
+
+class Source(Protocol):
+    """What an import reads its rows from (:class:`~.rows.PerfCsv`): batches, how far the reading got
+    (``share``), and what it read, to hand from a reading process to the importing one."""
+
+    share: float
+
+    def batches(self) -> Iterable[list[ImportRow]]: ...
+
+    def read(self) -> Any: ...
+
+    def take(self, read: Any) -> None: ...
+
+
 class ReadAhead:
     """The row batches of a big perf.csv made in a forked child process while this one writes the
     last ones: reading, checking and keying the rows (pure Python, half of an import's work) then
-    runs on another core. The child only reads the file and sends each batch down a pipe, pickled,
-    with the cells of a batch interned (a cell repeated down the rows is sent once, and unpickled
-    once); the pipe holds the child back when it is a batch ahead. An exception of the child comes
-    out where its batch would have. A small import (``rows`` below ``READ_AHEAD_FROM``), or a
-    platform without fork, reads its batches here.
+    runs on another core. The child only reads the file and sends each batch down a pipe
+    (:func:`_pack`: the cells of a batch as one text, a few bytes a row beside it, so that handing a
+    row over costs a small part of making it); the pipe holds the child back when it is a batch
+    ahead. At the end it sends what it read (``source.read()``, taken here by ``source.take``). An
+    exception of the child comes out where its batch would have. A small import (``size`` bytes to
+    read below ``READ_AHEAD_FROM``), or a platform without fork, reads its batches here.
 
     Use as a context manager entered before the store is opened: the child then holds no database
     connection. It leaves through ``os._exit`` (multiprocessing's fork processes do) and is reaped,
     or killed, when the block ends, whether the batches were all read or not."""
 
-    def __init__(self, source: Iterable[list[ImportRow]], rows: int) -> None:
+    def __init__(self, source: Source, size: int) -> None:
         self._source = source
-        self._fork = rows >= READ_AHEAD_FROM and "fork" in multiprocessing.get_all_start_methods()
+        self.forks = size >= READ_AHEAD_FROM and "fork" in multiprocessing.get_all_start_methods()
         self._child: Any = None
         self._reader: Any = None
 
     def __enter__(self) -> "ReadAhead":
-        if self._fork:
+        if self.forks:
             context = multiprocessing.get_context("fork")
             self._reader, writer = context.Pipe(duplex=False)
             self._child = context.Process(target=_send_batches, args=(self._source, writer),
@@ -96,7 +114,7 @@ class ReadAhead:
 
     def __iter__(self) -> Iterator[list[ImportRow]]:
         if self._child is None:
-            yield from self._source
+            yield from self._source.batches()
             return
         while True:
             try:
@@ -106,21 +124,48 @@ class ReadAhead:
                                    hint="run the import again") from None
             kind, payload = message[:1], message[1:]
             if kind == b"E":
+                self._source.take(pickle.loads(payload))
                 return
             if kind == b"X":
                 raise pickle.loads(payload)
-            yield [ImportRow(*fields) for fields in pickle.loads(payload)]
+            self._source.share, batch = _unpack(payload)
+            yield batch
 
 
-def _send_batches(source: Iterable[list[ImportRow]], writer: Any) -> None:
-    """The child of :class:`ReadAhead`: every batch of ``source``, then an end mark, or the exception."""
+_CELL, _ROW = "\x1f", "\x1e"  #: ASCII unit and record separators: what joins a batch's cells into one text
+
+
+def _pack(batch: list[ImportRow], share: float) -> bytes:
+    """A batch as ``_unpack`` makes it again: its cells joined into one text (split again in C, far
+    cheaper than pickling each cell), its keys, its identity keys once each; pickled whole when a
+    cell holds a separator."""
+    cells = _ROW.join(_CELL.join(row.values) for row in batch)
+    width = len(batch[0].values) if batch else 0
+    if cells.count(_CELL) != len(batch) * (width - 1) or cells.count(_ROW) != max(len(batch) - 1, 0):
+        return pickle.dumps((share, batch), pickle.HIGHEST_PROTOCOL)
+    groups: dict[str, int] = {}
+    numbers = [groups.setdefault(row.group, len(groups)) for row in batch]
+    extras = [row.extra for row in batch] if any(row.extra for row in batch) else None
+    return pickle.dumps((share, ([row.key for row in batch], cells, list(groups), numbers, extras)),
+                        pickle.HIGHEST_PROTOCOL)
+
+
+def _unpack(payload: bytes) -> tuple[float, list[ImportRow]]:
+    share, packed = pickle.loads(payload)
+    if isinstance(packed, list):
+        return share, packed
+    keys, cells, groups, numbers, extras = packed
+    rows = cells.split(_ROW) if keys else []
+    return share, [ImportRow(key, row.split(_CELL), extras[k] if extras else {}, groups[number])
+                   for k, (key, row, number) in enumerate(zip(keys, rows, numbers))]
+
+
+def _send_batches(source: Source, writer: Any) -> None:
+    """The child of :class:`ReadAhead`: every batch of ``source``, then what it read, or the exception."""
     try:
-        for batch in source:
-            interned: dict[str, str] = {}
-            fields = [(row.key, list(map(interned.setdefault, row.values, row.values)), row.extra, row.group)
-                      for row in batch]
-            writer.send_bytes(b"B" + pickle.dumps(fields, pickle.HIGHEST_PROTOCOL))
-        writer.send_bytes(b"E")
+        for batch in source.batches():
+            writer.send_bytes(b"B" + _pack(batch, source.share))
+        writer.send_bytes(b"E" + pickle.dumps(source.read(), pickle.HIGHEST_PROTOCOL))
     except BrokenPipeError:
         return  # the import stopped reading
     except BaseException as exc:  # noqa: BLE001 - handed to the importing process, raised there
@@ -154,10 +199,13 @@ class Progress:
 
 
 def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int = 0, reporter: Reporter | None = None,
-                what: str = "import", created_date: str | None = None, wait_s: float | None = None) -> Outcome:
+                what: str = "import", created_date: str | None = None, wait_s: float | None = None,
+                earlier_through: int | None = None, share: Callable[[], float] | None = None) -> Outcome:
     """Insert the new rows of ``batches`` (see the module docstring); ``total``: rows to expect, for
-    the progress lines; ``wait_s``: how long to wait for another import of the table (the store's own
-    default when None)."""
+    the progress lines (0: unknown, estimated from ``share``, the share of the file read so far);
+    ``wait_s``: how long to wait for another import of the table (the store's own default when
+    None); ``earlier_through``: the rows are what was appended to a file after an earlier import of
+    it, which ended with this row id (:class:`RepeatsEarlierRow`)."""
     created_date = created_date or now_text()
     progress = Progress(reporter, what)
     if wait_s is None:
@@ -175,8 +223,9 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
         for batch in batches:
             done += len(batch)
             _insert_batch(store, batch, baselines, touched, states if history and mark else None, created_date,
-                          outcome, empty=mark == 0)
-            progress(done, total, "rows")
+                          outcome, empty=mark == 0, earlier_through=earlier_through)
+            read = share() if share is not None else 0.0
+            progress(done, total or (round(done / read) if read else 0), "rows")
     store.rows_written()
     if outcome.inserted:
         store.absorb(mark)
@@ -186,10 +235,13 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
 
 
 def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaselines, touched: dict[str, None],
-                  states: dict[str, SeriesState] | None, created_date: str, outcome: Outcome, *, empty: bool) -> None:
+                  states: dict[str, SeriesState] | None, created_date: str, outcome: Outcome, *, empty: bool,
+                  earlier_through: int | None = None) -> None:
     """The rows of ``batch`` the store does not have, with their running ``relative_change``
     (``states``: where the series states loaded to seed the window go; None: nothing to seed)."""
     stored = set() if empty else store.existing_keys([row.key for row in batch])  # an empty table has none
+    if stored and earlier_through is not None and store.stored_through(sorted(stored), earlier_through):
+        raise RepeatsEarlierRow
     fresh = [row for row in batch if row.key not in stored]
     unseen = [g for g in dict.fromkeys(row.group for row in fresh) if g not in touched]
     if unseen and states is not None:
@@ -294,11 +346,10 @@ def _submit_chunk(store: Store, mark: int, chunk: list[str], workers: _Workers,
     missing = [key for key in chunk if key not in loaded]
     states = {**{key: loaded.pop(key) for key in chunk if key in loaded}, **(store.load_states(missing) if missing else {})}
     tasks = []
-    for key, rows in itertools.groupby(store.new_rows(mark, chunk), key=operator.itemgetter(-1)):
+    for key, rows in store.new_rows(mark, chunk).items():
         state = states.get(key)
         # ids start at 1: an import into an empty table (mark 0) has no rows before its own to look for
-        tasks.append((state, key, [row[:-1] for row in rows],  # the identity key of every row: sent once
-                      state is not None or (mark > 0 and store.has_rows_before(key, mark)), mark))
+        tasks.append((state, key, rows, state is not None or (mark > 0 and store.has_rows_before(key, mark)), mark))
     return chunk, workers.submit(tasks)
 
 

@@ -6,7 +6,8 @@ perf.csv row, ``_id`` = the row's content key, written with ``$setOnInsert`` ups
 re-import changes nothing; ``seq`` orders documents by insertion. Beside it, as beside a SQL table
 (:mod:`madengine.database.history_tables`): ``<collection>_series`` (one document per result
 identity: its series state) and ``<collection>_alerts`` / ``<collection>_alert_log`` (alerts and
-their triage), kept by the same import (:mod:`madengine.database.importer`).
+their triage), kept by the same import (:mod:`madengine.database.importer`), and ``<collection>_files``
+(what the latest import of each perf.csv read of it: :class:`~.rows.FileMark`).
 
 ``upload-mongodb`` documents (see docs/database.md for their shape):
 
@@ -34,7 +35,9 @@ from madengine.core.errors import CredentialError, InputError, MadEngineError, S
 from madengine.core.values import MAX_TIMEOUT, brief, whole_number
 from madengine.database import alerts as alertlib
 from madengine.database.alerts import Alert
-from madengine.database.rows import IDENTITY_COLUMN, ImportRow, content_keys
+from madengine.database.files import FIELDS as FILE_FIELDS
+from madengine.database.files import file_hash
+from madengine.database.rows import IDENTITY_COLUMN, FileMark, ImportRow, content_keys
 from madengine.database.series import ROW_COLUMNS, SeriesState
 from madengine.database.sql import EXTRA_COLUMN, HISTORY_COLUMNS, RunInfo, TableState
 from madengine.database.summary import text_hash
@@ -173,6 +176,28 @@ class MongoStore:
             found.update(d["_id"] for d in self.collection.find({"_id": {"$in": chunk}}, {"_id": 1}))
         return found
 
+    def stored_through(self, keys: Sequence[str], last_id: int) -> bool:
+        """Whether one of ``keys`` is stored with a ``seq`` up to ``last_id``."""
+        return any(self.collection.find_one({"_id": {"$in": list(keys[start:start + _BATCH])}, "seq": {"$lte": last_id}},
+                                            {"_id": 1}) for start in range(0, len(keys), _BATCH))
+
+    def row_key(self, row_id: int) -> str:
+        """The ``_id`` (content key) of the document of ``seq`` ``row_id`` ('' when there is none)."""
+        found = self.collection.find_one({"seq": row_id}, {"_id": 1})
+        return str(found["_id"]) if found else ""
+
+    @property
+    def _files(self) -> Any:
+        return self.database[self.table + "_files"]
+
+    def file_mark(self, host: str, path: str) -> FileMark | None:
+        """What the latest import of the perf.csv at ``path`` on ``host`` read of it."""
+        found = self._files.find_one({"_id": file_hash(host, path)})
+        return None if found is None else FileMark(**{name: found[name] for name in FILE_FIELDS})
+
+    def save_file_mark(self, mark: FileMark) -> None:
+        self._files.update_one({"_id": file_hash(mark.host, mark.path)}, {"$set": dataclasses.asdict(mark)}, upsert=True)
+
     # --- what an import needs (madengine.database.importer) ---
 
     def begin_import(self, wait_s: float = 0.0) -> None:
@@ -201,11 +226,12 @@ class MongoStore:
             rows.append(row)
         return rows
 
-    def new_rows(self, mark: int, keys: Sequence[str]) -> list[tuple[str, ...]]:
-        """As :meth:`madengine.database.sql.SqlStore.new_rows`: tuples of ``ROW_COLUMNS`` and the identity key."""
-        names = (*ROW_COLUMNS, IDENTITY_COLUMN)
-        return [tuple(row[n] for n in names) for row in self._rows({IDENTITY_COLUMN: {"$in": list(keys)},
-                                                                     "seq": {"$gt": mark}})]
+    def new_rows(self, mark: int, keys: Sequence[str]) -> dict[str, list[tuple[str, ...]]]:
+        """As :meth:`madengine.database.sql.SqlStore.new_rows`: per identity, tuples of ``ROW_COLUMNS``."""
+        found: dict[str, list[tuple[str, ...]]] = {}
+        for row in self._rows({IDENTITY_COLUMN: {"$in": list(keys)}, "seq": {"$gt": mark}}):
+            found.setdefault(row[IDENTITY_COLUMN], []).append(tuple(row[n] for n in ROW_COLUMNS))
+        return found
 
     def has_rows_before(self, key: str, mark: int) -> bool:
         return bool(list(self.collection.find({IDENTITY_COLUMN: key, "seq": {"$lte": mark}}, {"_id": 1}).limit(1)))

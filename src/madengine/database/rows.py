@@ -6,21 +6,30 @@ of the file. Re-importing a perf.csv therefore yields the same keys, and the sto
 constraint on the key turns the re-import into a no-op, while two identical rows of one file
 (two runs that printed the same figure) are both kept.
 
-A perf.csv is never held whole (:class:`PerfCsv`): a first pass checks every line and notes which
-rows have an identical twin (8 bytes a row), a second pass hands out :class:`ImportRow` batches.
+A perf.csv is never held whole (:class:`PerfCsv`): one pass checks each line as it hands out
+:class:`ImportRow` batches, and counts identical rows as they come (an 8-byte tag a row).
+
+A perf.csv only grows between imports (runs append to it): an import remembers what it read of the
+file (:class:`FileMark`: its identity, the bytes read and their SHA-256, stored beside the results
+table), and the next import of the same file reads only what was appended since
+(:meth:`PerfCsv.resume`). A file rewritten, truncated or edited in place is read whole again.
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import dataclasses
 import datetime
+import fcntl
 import hashlib
+import io
 import itertools
 import operator
 import os
+import socket
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 from madengine.core.errors import InputError
 from madengine.core.inputfile import open_input
@@ -31,12 +40,14 @@ from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.results.perfcsv import csv_input_errors, csv_rows
 
+_HINT = "pass the perf.csv written by 'madengine run'"
+
 BASELINE_WINDOW = 5  #: relative_change compares with the mean of at most this many latest runs
 KEY_EXCLUDED = ("relative_change",)
 IDENTITY_COLUMN = "identity_key"  #: stored beside the perf.csv columns: ResultIdentity.key() of the row
 ENRICHED_COLUMNS = ("tags", "args", "n_gpus", "training_precision")  # filled from --model-json-path
 BATCH_ROWS = 5000  #: rows an import holds at once
-_TWIN_BITS = 1 << 24  #: the first pass's bitmap of row hashes (2 MB): a hit is a possible identical twin
+_READ_CHUNK = 1 << 20  #: bytes read at once for the SHA-256 of what an earlier import read
 
 GroupKey = str  # ResultIdentity.key()
 
@@ -144,6 +155,9 @@ class _Layout:
     ``relative_change`` where the content key leaves it out, read that cell."""
 
     def __init__(self, header: Sequence[str]) -> None:
+        import orjson
+
+        self._dumps = orjson.dumps
         width = len(header)
         at = {name: k for k, name in enumerate(header)}
         blank = at.get("relative_change", -1)
@@ -159,31 +173,222 @@ class _Layout:
     def canonical(self, keyed: Sequence[str]) -> bytes:
         """:func:`_canonical` of a row given as its ``keyed`` cells: the non-empty ones, by column name
         (a dict made in sorted order serializes as ``OPT_SORT_KEYS`` would sort it)."""
-        import orjson
+        return self._dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
 
-        return orjson.dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
+
+@dataclasses.dataclass(frozen=True)
+class FileMark:
+    """What an import read of a perf.csv: where the next import of the same file goes on
+    (:meth:`PerfCsv.resume`). Stored beside the results table (:mod:`madengine.database.files`)."""
+
+    host: str  #: the machine the file is on (a shared database serves many machines' perf.csv)
+    path: str  #: its resolved path
+    device: int
+    inode: int  #: with ``device``, the file itself: a file rewritten into place is another one
+    size: int  #: bytes read: the header and every row up to here
+    rows: int  #: the rows in those bytes
+    lines: int  #: the lines in those bytes (a later row's line number counts on from here)
+    checksum: str  #: SHA-256 of those bytes
+    last_id: int  #: the table's newest row id (MongoDB: seq) when that import ended
+    last_key: str  #: that row's content key: the table still holds the rows the import left there
+
+
+def file_place(path: Path) -> tuple[str, str]:
+    """(host, resolved path): under which a perf.csv's :class:`FileMark` is kept."""
+    return socket.gethostname(), str(Path(path).resolve())
+
+
+class _Span(io.RawIOBase):
+    """Bytes ``[start, end)`` of a file opened unbuffered: what one import reads of a perf.csv (rows
+    appended after ``end`` are left for the next import), each chunk fed to ``digest`` if given."""
+
+    def __init__(self, raw: Any, start: int, end: int, digest: Any = None) -> None:
+        super().__init__()
+        raw.seek(start)
+        self._raw, self._left, self._digest = raw, end - start, digest
+        self.read = 0  #: bytes read so far
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)[:max(self._left, 0)]
+        got = self._raw.readinto(view) if len(view) else 0
+        self._left -= got
+        self.read += got
+        if self._digest is not None and got:
+            self._digest.update(view[:got])
+        return got
+
+
+def _feed(digest: Any, raw: Any, size: int) -> bytes:
+    """``digest`` fed the first ``size`` bytes of ``raw``; returns the last of them (b'' for none)."""
+    buffer = bytearray(_READ_CHUNK)
+    view, left, last = memoryview(buffer), size, b""
+    while left > 0:
+        got = raw.readinto(view[:min(left, _READ_CHUNK)])
+        if not got:
+            break  # the file shrank meanwhile: the digest differs
+        digest.update(view[:got])
+        last = bytes(view[got - 1:got])
+        left -= got
+    return last
+
+
+def _is_header_line(cells: Sequence[str], model: int, names: frozenset[str]) -> bool:
+    """A line that names columns rather than holding a row: two perf.csv files joined, or columns
+    changed mid-file (the cell under ``model`` is a column name, and most of its cells are)."""
+    if model >= len(cells) or cells[model].strip() not in names:
+        return False
+    named = [cell.strip() for cell in cells if cell.strip()]
+    return sum(cell in names for cell in named) * 2 > len(named)
+
+
+class _Occurrences:
+    """How many rows with the same content came before each row of a file, counted as the rows come:
+    an open-addressing table of each row's tag (the first 8 bytes of the SHA-256 of its key text:
+    8 bytes a row, never a dict of every row), and the counts of the few tags met more than once."""
+
+    def __init__(self, expected: int) -> None:
+        size = 1 << max(10, (2 * expected).bit_length())
+        self._table = array.array("Q", bytes(8 * size))
+        self._mask, self._used = size - 1, 0
+        self._repeats: dict[int, int] = {}
+
+    def count(self, tag: int) -> int:
+        """The rows with ``tag`` before this one (this one counted for the next)."""
+        tag |= 1  # 0 marks a free slot
+        table, mask = self._table, self._mask
+        slot = tag & mask
+        while True:
+            found = table[slot]
+            if not found:
+                break
+            if found == tag:
+                seen = self._repeats.get(tag, 1)
+                self._repeats[tag] = seen + 1
+                return seen
+            slot = (slot + 1) & mask
+        table[slot] = tag
+        self._used += 1
+        if 2 * self._used > mask:
+            self._grow()
+        return 0
+
+    def _grow(self) -> None:
+        old = self._table
+        size = 2 * len(old)
+        self._table, self._mask = array.array("Q", bytes(8 * size)), size - 1
+        table, mask = self._table, self._mask
+        for tag in filter(None, old):
+            slot = tag & mask
+            while table[slot]:
+                slot = (slot + 1) & mask
+            table[slot] = tag
 
 
 class PerfCsv:
-    """A perf.csv read in two passes, never held whole.
+    """A perf.csv streamed, never held whole.
 
-    :meth:`check` reads every line: a missing, empty or malformed file, a line with more cells than
-    the header or an empty ``model`` cell is an :class:`InputError` naming the file and line, before
-    anything is written anywhere. It counts the rows and notes which rows may have an identical twin
-    (their occurrence number needs the full key text). :meth:`batches` then reads the rows the check
-    counted (rows appended since are left for the next import) as :class:`ImportRow` lists.
+    :meth:`open` notes the file's identity and size (rows appended after that are left for the next
+    import) and checks its header. :meth:`batches` then hands out the rows as :class:`ImportRow`
+    lists, each line checked as it is read: a line with more cells than the header, an empty
+    ``model`` cell or a second header line is an :class:`InputError` naming the file and line (the
+    import's transaction is rolled back). :meth:`check` reads every line the same way without keying
+    the rows: a small file is checked whole before a database is opened at all.
+
+    A row's occurrence number among identical rows is counted as the rows come (:class:`_Occurrences`);
+    two rows count as identical when the first 8 bytes of the SHA-256 of their key texts are equal
+    (a chance of 1 in 10^7 that two different rows of a million-row file do).
+
+    After :meth:`resume`, only the bytes appended since an earlier import are read.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.header: list[str] = []
-        self.rows = 0  #: rows counted by check()
-        self.size = 0  #: bytes of the file when checked
-        self._twins: set[int] = set()  #: hashes of the rows' keyed cells that more than one row has
+        self.size = 0  #: bytes of the file when opened: what is read ends here
+        self.start = 0  #: where the rows to read start (0: the whole file, header first)
+        self.rows_before = 0  #: rows before ``start`` (read by an earlier import)
+        self.lines_before = 0  #: lines before ``start``
+        self.rows = 0  #: rows read after ``start`` so far
+        self.lines = 0  #: lines read up to where the reading got
+        self.checksum = ""  #: SHA-256 of the bytes up to ``size``, once the rows were all read
+        self.share = 0.0  #: the share of the bytes after ``start`` read so far
+        self._file_id: tuple[int, int] = (0, 0)  #: (device, inode) when opened
+        self._digest: Any = None  #: SHA-256 of the bytes before ``start`` (resume)
+        self._span: _Span | None = None
         self._layout = _Layout([])
 
-    def _open(self) -> Any:
-        return open_input(self.path, text=True, hint="pass the perf.csv written by 'madengine run'")
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes to read (after ``start``), once opened."""
+        return self.size - self.start
+
+    def open(self) -> "PerfCsv":
+        """Note the file's identity and size, check its header (idempotent)."""
+        if self._file_id != (0, 0):
+            return self
+        path = self.path
+        with csv_input_errors(path):
+            with open_input(path, hint=_HINT) as handle:
+                with contextlib.suppress(OSError):  # a file system without locks: the size as it is
+                    # madengine's writers append whole rows under an exclusive lock: the size ends with a row
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+                stat = os.fstat(handle.fileno())
+            self._file_id, self.size = (stat.st_dev, stat.st_ino), stat.st_size
+            with open_input(path, text=True, hint=_HINT) as handle:
+                self.header = self._read_header(csv_rows(handle))
+        self._layout = _Layout(self.header)
+        return self
+
+    @contextlib.contextmanager
+    def _read_span(self, digest: Any = None) -> Iterator[TextIO]:
+        """The text from ``start`` to ``size`` (``digest`` fed its bytes); the file must still be the
+        one opened."""
+        with open(self.path, "rb", buffering=0) as raw:
+            if (os.fstat(raw.fileno()).st_dev, os.fstat(raw.fileno()).st_ino) != self._file_id:
+                raise InputError("the file changed while it was imported", path=str(self.path),
+                                 hint="import it again once the run that writes it has ended")
+            self._span = _Span(raw, self.start, self.size, digest)
+            with io.TextIOWrapper(io.BufferedReader(self._span, 1 << 16), encoding="utf-8", newline="") as text:
+                yield text
+
+    def resume(self, mark: FileMark) -> str:
+        """Read only what was appended after what ``mark`` says an earlier import read, when the file
+        only grew since: returns ''. Otherwise the file is read whole, and the returned line says why."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return ""  # open() names the problem
+        if (stat.st_dev, stat.st_ino) != (mark.device, mark.inode):
+            return "it is another file than the one imported before (rewritten or replaced)"
+        if stat.st_size < mark.size:
+            return f"it is shorter than the {mark.size:,} bytes imported before (truncated or rewritten)"
+        digest = hashlib.sha256()
+        with open(self.path, "rb", buffering=0) as raw:
+            last = _feed(digest, raw, mark.size)
+            following = raw.read(1)
+        if digest.hexdigest() != mark.checksum:
+            return f"its first {mark.size:,} bytes changed since they were imported (edited in place)"
+        if last not in (b"\n", b"") and following not in (b"\n", b"\r", b""):
+            return "the line it ended with when imported before was continued since"
+        self.start, self.rows_before, self.lines_before, self._digest = mark.size, mark.rows, mark.lines, digest
+        return ""
+
+    def mark(self, last_id: int, last_key: str) -> FileMark:
+        """What this import read of the file, for the next import of it (after :meth:`batches`)."""
+        host, path = file_place(self.path)
+        return FileMark(host, path, *self._file_id, self.size, self.rows_before + self.rows, self.lines,
+                        self.checksum, last_id, last_key)
+
+    def read(self) -> tuple[int, int, str]:
+        """(rows, lines, checksum) of what :meth:`batches` read: what a process that read them hands over."""
+        return self.rows, self.lines, self.checksum
+
+    def take(self, read: tuple[int, int, str]) -> None:
+        """What another process read of the file (:meth:`read`)."""
+        self.rows, self.lines, self.checksum = read
 
     def _read_header(self, reader: Any) -> list[str]:
         header = [name.strip() for name in next(reader, [])]
@@ -198,100 +403,72 @@ class PerfCsv:
         return header
 
     def check(self) -> int:
-        """Check the whole file (see the class docstring); returns the number of rows."""
-        path = self.path
-        with csv_input_errors(path), self._open() as handle:
-            self.size = os.fstat(handle.fileno()).st_size
-            reader = csv_rows(handle)
-            self.header = self._read_header(reader)
-            self._layout = _Layout(self.header)
-            hashes = self._twin_hashes(reader)
-        self._twins = _repeated(hashes)
-        self.rows = len(hashes)
-        return self.rows
+        """Check every line after ``start`` (see the class docstring); returns the number of rows."""
+        self.open()
+        return sum(1 for _ in self._cells())
 
-    def _twin_hashes(self, reader: Any) -> array.array:
-        """The hash of each row's keyed cells (equal for identical twins), each line checked."""
-        width, model, keyed = len(self.header), self.header.index("model"), self._layout.keyed
-        hashes = array.array("q")
-        for cells in reader:
-            if not cells:
-                continue
-            if len(cells) > width:
-                raise InputError(f"line {reader.line_num} has {len(cells)} cells but the header has {width}",
-                                 path=str(self.path), hint="fix or remove that line (quote cells that hold commas)")
-            cells = list(map(str.strip, cells))
-            if model >= len(cells) or not cells[model]:
-                raise InputError(f"line {reader.line_num}: empty 'model' cell", path=str(self.path),
-                                 hint="fix or remove that line")
-            cells += [""] * (width + 1 - len(cells))
-            hashes.append(hash(keyed(cells)))
-        return hashes
-
-    def batches(self, size: int = BATCH_ROWS) -> Iterator[list[ImportRow]]:
-        """The rows :meth:`check` counted, ``size`` at a time."""
-        seen: dict[bytes, int] = {}
-        identities: dict[tuple[str, ...], str] = {}
-        with csv_input_errors(self.path), self._open() as handle:
+    def _cells(self, digest: Any = None) -> Iterator[list[str]]:
+        """The cells of each row after ``start``, stripped and padded to the header and one more
+        (``_Layout``), each line checked; ``rows``, ``lines`` and ``share`` follow the reading."""
+        width, model = len(self.header), self.header.index("model")
+        names = frozenset((*ALL_COLUMNS, *self.header))
+        pad = [""] * (width + 1)
+        self.rows, self.lines = 0, self.lines_before
+        with csv_input_errors(self.path), self._read_span(digest) as handle:
             reader = csv_rows(handle)
-            header = [name.strip() for name in next(reader, [])]
-            if header != self.header:
+            if not self.start and [name.strip() for name in next(reader, [])] != self.header:
                 raise InputError("the file changed while it was imported", path=str(self.path),
                                  hint="import it again once the run that writes it has ended")
-            width = len(header)
-            batch: list[ImportRow] = []
-            left = self.rows
             for cells in reader:
                 if not cells:
                     continue
-                if left == 0:
-                    break
-                left -= 1
+                if model < len(cells) and cells[model] in names and _is_header_line(cells, model, names):
+                    raise self._line_error(reader, " is a second header line: the columns changed mid-file",
+                                           "split the file at that line and import each part")
+                if len(cells) > width:
+                    raise self._line_error(reader, f" has {len(cells)} cells but the header has {width}",
+                                           "fix or remove that line (quote cells that hold commas)")
                 cells = list(map(str.strip, cells))
-                cells += [""] * (width + 1 - len(cells))
-                batch += with_figure_rows(self._row(cells, identities, seen))
-                if len(batch) >= size:
-                    yield batch
-                    batch = []
-            if batch:
+                if model >= len(cells) or not cells[model]:
+                    raise self._line_error(reader, ": empty 'model' cell", "fix or remove that line")
+                cells += pad[len(cells):]
+                self.rows += 1
+                yield cells
+            self.lines = self.lines_before + reader.line_num
+        self.share = 1.0
+
+    def _line_error(self, reader: Any, what: str, hint: str) -> InputError:
+        return InputError(f"line {self.lines_before + reader.line_num}{what}", path=str(self.path), hint=hint)
+
+    def batches(self, size: int = BATCH_ROWS) -> Iterator[list[ImportRow]]:
+        """The rows after ``start``, ``size`` at a time (see the class docstring); ``checksum`` once
+        they are all read."""
+        self.open()
+        layout, sha256, from_bytes = self._layout, hashlib.sha256, int.from_bytes
+        occurrences = _Occurrences(self.unread_bytes // 1000)
+        identities: dict[tuple[str, ...], str] = {}
+        digest = self._digest or sha256()
+        batch: list[ImportRow] = []
+        for cells in self._cells(digest):
+            text = sha256(layout.canonical(layout.keyed(cells)))
+            text.update(b"\n#%d" % occurrences.count(from_bytes(text.digest()[:8], "little")))
+            fields = layout.fields(cells)
+            group = identities.get(fields)
+            if group is None:
+                group = identities[fields] = ResultIdentity(*fields).key()
+            batch += with_figure_rows(ImportRow(text.hexdigest(), list(layout.known(cells)),
+                                                dict(zip(layout.extra_names, layout.extra(cells)))
+                                                if layout.extra_names else {}, group))
+            if len(batch) >= size:
+                self.share = self._share()
                 yield batch
+                batch = []
+        self.checksum = digest.hexdigest()
+        if batch:
+            yield batch
 
-    def _row(self, cells: list[str], identities: dict[tuple[str, ...], str], seen: dict[bytes, int]) -> ImportRow:
-        layout = self._layout
-        keyed = layout.keyed(cells)
-        canonical = layout.canonical(keyed)
-        occurrence = 0
-        if self._twins and hash(keyed) in self._twins:
-            occurrence = seen.get(canonical, 0)
-            seen[canonical] = occurrence + 1
-        fields = layout.fields(cells)
-        group = identities.get(fields)
-        if group is None:
-            group = identities[fields] = ResultIdentity(*fields).key()
-        extra = dict(zip(layout.extra_names, layout.extra(cells))) if layout.extra_names else {}
-        return ImportRow(_key(canonical, occurrence), list(layout.known(cells)), extra, group)
-
-
-def _repeated(hashes: array.array) -> set[int]:
-    """The values ``hashes`` holds more than once. A bitmap of their low bits finds the candidates
-    (2 MB, one pass), which are then counted exactly: never a dict of every row."""
-    bitmap = bytearray(_TWIN_BITS // 8)
-    mask = _TWIN_BITS - 1
-    maybe: set[int] = set()
-    for value in hashes:
-        bit = value & mask
-        flag = 1 << (bit & 7)
-        if bitmap[bit >> 3] & flag:
-            maybe.add(value)
-        else:
-            bitmap[bit >> 3] |= flag
-    if not maybe:
-        return set()
-    counted: dict[int, int] = {}
-    for value in hashes:
-        if value in maybe:
-            counted[value] = counted.get(value, 0) + 1
-    return {value for value, count in counted.items() if count > 1}
+    def _share(self) -> float:
+        return min(self._span.read / self.unread_bytes, 1.0) if self._span is not None and self.unread_bytes else 0.0
 
 
 def read_perf_rows(path: Path) -> list[dict[str, str]]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import itertools
 import json
 import operator
 import sqlite3
@@ -21,8 +19,8 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from madengine.core.errors import ConfigError, CredentialError, InputError, MadEngineError, ServiceError
-from madengine.database import history_tables, summary
-from madengine.database.rows import IDENTITY_COLUMN, ImportRow
+from madengine.database import files, history_tables, summary
+from madengine.database.rows import IDENTITY_COLUMN, FileMark, ImportRow
 from madengine.database.alerts import Alert
 from madengine.database.series import ROW_COLUMNS, SeriesState
 from madengine.database.urls import DbUrl, check_identifier
@@ -38,7 +36,6 @@ MYSQL_IO_TIMEOUT_S = 120  # a server that dies mid-import must not hang the comm
 SQLITE_IMPORT_CACHE_KB = 128 * 1024  # page cache of an importing connection
 MYSQL_LOCK_WAIT_S = 120  # how long an import waits for another one writing the same table
 _BATCH = 500
-_SQLITE_ROWS_PER_INSERT = 100  #: rows of one SQLite INSERT statement (at most its variable limit allows)
 _MYSQL_IDENTITY_INDEX = f"{IDENTITY_COLUMN}(255), status(16)"  # TEXT columns are indexed by prefix
 _RETRY_HINT = "perf.csv keeps every row: run 'madengine database update-table' again once it is reachable"
 
@@ -316,6 +313,7 @@ class SqlStore:
         summary.ensure(self)
         self._summaries = summary.names(self.table) is not None
         history_tables.ensure(self)
+        files.ensure(self)
         return TableState(created=not existed, added_columns=tuple(added))
 
     # --- rows ---
@@ -327,6 +325,28 @@ class SqlStore:
             marks = ", ".join("?" for _ in chunk)
             found.update(r[0] for r in self._execute(f"SELECT row_key FROM {{t}} WHERE row_key IN ({marks})", chunk))
         return found
+
+    def stored_through(self, keys: Sequence[str], last_id: int) -> bool:
+        """Whether one of ``keys`` is stored in a row with an id up to ``last_id``."""
+        for start in range(0, len(keys), _BATCH):
+            chunk = keys[start:start + _BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            if self._execute(f"SELECT id FROM {{t}} WHERE row_key IN ({marks}) AND id <= ? LIMIT 1",
+                             (*chunk, last_id)).fetchone() is not None:
+                return True
+        return False
+
+    def row_key(self, row_id: int) -> str:
+        """The content key of row ``row_id`` ('' when there is none)."""
+        found = self._execute("SELECT row_key FROM {t} WHERE id = ?", (row_id,)).fetchone()
+        return str(found[0]) if found else ""
+
+    def file_mark(self, host: str, path: str) -> FileMark | None:
+        """What the latest import of the perf.csv at ``path`` on ``host`` read of it (:mod:`.files`)."""
+        return files.load(self, host, path)
+
+    def save_file_mark(self, mark: FileMark) -> None:
+        files.save(self, mark)
 
     # --- what an import needs (madengine.database.importer) ---
 
@@ -374,15 +394,20 @@ class SqlStore:
         finally:
             self._create_sqlite_indexes()
 
-    def new_rows(self, mark: int, keys: Sequence[str]) -> list[tuple[Any, ...]]:
-        """The rows after ``mark`` of these identities, by identity then id: tuples of
-        ``series.ROW_COLUMNS`` then the identity key (NULL cells stay None: readers use ``or ""``)."""
-        names = [*ROW_COLUMNS, IDENTITY_COLUMN]
-        marks = ", ".join("?" for _ in keys)
-        cursor = self._execute(f"SELECT {', '.join(self.dialect.q(n) for n in names)} FROM {{t}} "
-                               f"WHERE {IDENTITY_COLUMN} IN ({marks}) AND id > ? ORDER BY {IDENTITY_COLUMN}, id",
-                               (*keys, mark))
-        return cursor.fetchall()
+    def new_rows(self, mark: int, keys: Sequence[str]) -> dict[str, list[tuple[Any, ...]]]:
+        """Per identity of ``keys`` that has rows after ``mark``: those rows, by id, as tuples of
+        ``series.ROW_COLUMNS`` (NULL cells stay None: readers use ``or ""``). One query per identity:
+        no identity key read back with every row, nothing to sort but its own rows."""
+        statement = self._sql(f"SELECT {', '.join(self.dialect.q(n) for n in ROW_COLUMNS)} FROM {{t}} "
+                              f"WHERE {IDENTITY_COLUMN} = ? AND id > ? ORDER BY id")
+        cursor = self.connection.cursor()
+        found = {}
+        for key in keys:
+            cursor.execute(statement, (key, mark))
+            rows = cursor.fetchall()
+            if rows:
+                found[key] = rows
+        return found
 
     def has_rows_before(self, key: str, mark: int) -> bool:
         return self._execute(f"SELECT id FROM {{t}} WHERE {IDENTITY_COLUMN} = ? AND id <= ? LIMIT 1",
@@ -448,40 +473,19 @@ class SqlStore:
 
     def insert(self, rows: Sequence[ImportRow], created_date: str) -> int:
         """Insert ``rows`` (a row whose key is already stored is skipped); returns how many were new.
-        The summary and history tables follow through :mod:`madengine.database.importer`."""
+        The summary and history tables follow through :mod:`madengine.database.importer`. One
+        prepared statement for every row (SQLite steps it in C; pymysql sends multi-row INSERTs)."""
         q = self.dialect.q
         names = ["row_key", "created_date", *STORED_COLUMNS]
-        head = f"{self.dialect.insert_ignore} INTO {{t}} ({', '.join(q(n) for n in names)}) VALUES "
-        one = f"({', '.join('?' for _ in names)})"
+        statement = self._sql(f"{self.dialect.insert_ignore} INTO {{t}} ({', '.join(q(n) for n in names)}) "
+                              f"VALUES ({', '.join('?' for _ in names)})")
         values = [(row.key, created_date, *row.values, json.dumps(row.extra, ensure_ascii=False) if row.extra else "",
                    row.group) for row in rows]
-        if self.dialect is SQLITE:
-            return self._insert_sqlite(head, values)
-        inserted = 0
-        for start in range(0, len(values), _BATCH):
-            cursor = self.connection.cursor()
-            cursor.executemany(self._sql(head + one), values[start:start + _BATCH])  # pymysql: multi-row INSERTs
-            inserted += max(cursor.rowcount, 0)
-        return inserted
-
-    def _insert_sqlite(self, head: str, values: Sequence[tuple[Any, ...]]) -> int:
-        """``values`` as INSERT statements of a hundred rows each (SQLite steps once per statement,
-        not per row). A column that is '' in every row of a statement is written as the constant ''
-        instead of being bound a hundred times: most perf.csv columns are empty, and binding was a
-        third of the insert's time. Every other cell is bound."""
-        if not values:
-            return 0
-        limit = self.connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        per = max(1, min(_SQLITE_ROWS_PER_INSERT, limit // len(values[0])))
-        head = self._sql(head)
         cursor = self.connection.cursor()
         inserted = 0
-        for start in range(0, len(values), per):
-            part = values[start:start + per]
-            columns = list(zip(*part))
-            bound = tuple(column.count("") != len(part) for column in columns)
-            cells = itertools.chain.from_iterable(zip(*itertools.compress(columns, bound)))
-            cursor.execute(_sqlite_insert_text(head, bound, len(part)), list(cells))
+        step = max(len(values), 1) if self.dialect is SQLITE else _BATCH
+        for start in range(0, len(values), step):
+            cursor.executemany(statement, values[start:start + step])
             inserted += max(cursor.rowcount, 0)
         return inserted
 
@@ -526,13 +530,6 @@ class SqlStore:
 
     def count(self) -> int:
         return int(self._execute("SELECT COUNT(*) FROM {t}").fetchone()[0])
-
-
-@functools.lru_cache(maxsize=64)
-def _sqlite_insert_text(head: str, bound: tuple[bool, ...], rows: int) -> str:
-    """``head`` (``INSERT ... VALUES``) and ``rows`` row tuples: a marker where ``bound``, else ''."""
-    one = "(" + ", ".join("?" if b else "''" for b in bound) + ")"
-    return head + ", ".join([one] * rows)
 
 
 def _text(value: Any) -> str:

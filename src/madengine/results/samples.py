@@ -42,10 +42,20 @@ def parse_samples(text: str) -> list[float]:
     text = (text or "").strip()
     if not text:
         return []
+    import orjson
+
     try:
-        data = json.loads(text)
-    except ValueError:
-        raise ValueError("perf_samples is not JSON (expected a list of numbers such as [1.5, 1.6])") from None
+        data = orjson.loads(text)  # several times faster: a million-row import reads every cell
+    except orjson.JSONDecodeError:
+        data = None  # NaN, Infinity or integers beyond 64 bits, which the json module reads (and judges below)
+    else:
+        if type(data) is list and all(type(item) is float or type(item) is int for item in data):
+            return [float(item) for item in data]  # orjson reads no NaN or infinity: every number is finite
+    if data is None:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise ValueError("perf_samples is not JSON (expected a list of numbers such as [1.5, 1.6])") from None
     if not isinstance(data, list):
         raise ValueError(f"perf_samples holds a {type(data).__name__}, not a list of numbers")
     values = []

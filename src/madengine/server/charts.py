@@ -66,24 +66,31 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
     x_step = (right - left) / max(len(points) - 1, 1)
     y_step = (bottom - top) / (ticks[-1] - ticks[0])
 
+    # every x once (a page of 10 series x 500 runs draws 5,000 points, a band through them, ticks)
+    xs = [round(left + index * x_step, 1) for index in range(len(points))] if len(points) > 1 \
+        else [round((left + right) / 2, 1)]
+
     def x_of(index: int) -> float:
-        return round(left + index * x_step if len(points) > 1 else (left + right) / 2, 1)
+        return xs[index]
 
     def y_of(value: float) -> float:
         return round(bottom - (value / scale - ticks[0]) * y_step, 1)
 
     dots = []
-    for index, point in enumerate(points):
-        spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {point['n']} samples" \
-            if point["n"] > 1 else ""
-        when = point["started_at"].replace("T", " ")[:19]
-        dots.append(Dot(x_of(index), y_of(point["value"]), point["run_id"],
-                        f"{point['run_id']} {when}: {format_number(point['value'])} {metric}{spread_text}".strip()))
+    unit = f" {metric}" if metric else ""
+    for x, point in zip(xs, points):
+        value, n = point["value"], point["n"]
+        spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {n} samples" \
+            if n > 1 else ""
+        run = point["run_id"]
+        dots.append(Dot(x, y_of(value), run,
+                        f"{run} {point['started_at'].replace('T', ' ')[:19]}: {format_number(value)}{unit}{spread_text}"
+                        .strip()))
     path = "M" + " L".join(f"{d.x},{d.y}" for d in dots)
     band = ""
     if spread and len(points) > 1:
-        upper = [f"{x_of(i)},{y_of(p['max'])}" for i, p in enumerate(points)]
-        lower = [f"{x_of(i)},{y_of(p['min'])}" for i, p in reversed(list(enumerate(points)))]
+        upper = [f"{x},{y_of(p['max'])}" for x, p in zip(xs, points)]
+        lower = [f"{x},{y_of(p['min'])}" for x, p in zip(reversed(xs), reversed(points))]
         band = " ".join(upper + lower)
     position = {p["run_id"]: i for i, p in enumerate(points)}
     marks = []

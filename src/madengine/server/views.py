@@ -32,7 +32,7 @@ from madengine.database import alerts as alertlib
 from madengine.database.dashboard import COMPARE_COLUMNS, IdentityEntry, Reader, RunEntry, Version
 from madengine.reports.compare import CompareResult, Side, compare_groups, group_samples
 from madengine.results.direction import lower_is_better
-from madengine.results.series import Change, series_from_rows
+from madengine.results.series import Change, numbered_points
 from madengine.results.columns import Status
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
@@ -571,13 +571,14 @@ class Dashboard:
             changes.sort(key=lambda c: c["index"])
         else:
             changes = [{**_change_json(c), "alert": None} for c in self.changes.of(entry, rows)]
+        narrowed = any(filters.time_window()) or filters.machine or filters.tag.strip()
         shown = [r for r in rows if in_window(r, filters) and (not filters.machine or r["machine_name"] == filters.machine)
-                 and tag_matches(filters.tag, r["tags"], r["tag_configs"])]
+                 and tag_matches(filters.tag, r["tags"], r["tag_configs"])] if narrowed else rows
         machines: dict[str, set[str]] = {}
         for row in shown:
             machines.setdefault(row["run_id"] or row["started_at"], set()).add(row["machine_name"])
         points = []
-        for point in series_from_rows(shown).get(entry.identity, []):
+        for point in numbered_points(enumerate(shown)):  # the rows of one identity: its series
             samples = point.samples
             points.append({"run_id": point.run, "started_at": point.started_at, "value": point.value,
                            "n": len(samples), "min": min(samples), "max": max(samples),
@@ -595,7 +596,8 @@ class Dashboard:
         if not version.exists:
             return self._empty(version, series=[])
         every = self._items(version)
-        chosen = [i for i in every if self._item_matches(i, picking_identities(filters))]
+        picking = picking_identities(filters)
+        chosen = [i for i in every if self._item_matches(i, picking)]
         by_key = {e.key: e for e in self.entries()}
         series = [self.series(by_key[i["identity_key"]], filters, version) for i in chosen[:MAX_TRENDS]]
         return {"database": self.database(version), "empty": False, "matching": len(chosen),

@@ -119,8 +119,9 @@ def handle_update_table(args: argparse.Namespace, env: Environment) -> ExitStatu
                           table=args.table, reporter=CliReporter(env))
     if args.json:
         env.data(json.dumps(result.to_json(), indent=1))
+    unread = f", {result.unread} of them read by an earlier import" if result.unread else ""
     env.message(f"madengine: {result.csv_file}: {result.rows} row(s), {result.inserted} inserted, "
-                f"{result.already_stored} already stored ({result.url}, table '{result.table}')"
+                f"{result.already_stored} already stored{unread} ({result.url}, table '{result.table}')"
                 + (f"; {result.new_alerts} new alert(s) ('madengine report alerts list')" if result.new_alerts else ""))
     return ExitStatus.OK
 
