@@ -149,6 +149,10 @@ def read_csv_rows(source: Path | Iterable[Mapping[str, Any]]) -> list[Mapping[st
         return []
 
 
+#: seconds since the epoch beyond which a sample's time is not a time (year 5138)
+_LAST_SECOND = 1e11
+
+
 def _number(value: Any) -> float | None:
     try:
         number = float(value)
@@ -161,7 +165,8 @@ def _series(rows: Iterable[Mapping[str, Any]], column: str) -> tuple[list[int], 
     times, values = [], []
     for row in rows:
         when, value = _number(row.get("timestamp")), _number(row.get(column))
-        if when is not None and value is not None and when > 0:
+        # a timestamp past float's range in nanoseconds is no time a sample was taken
+        if when is not None and value is not None and 0 < when < _LAST_SECOND:
             times.append(int(when * 1e9))
             values.append(value)
     return times, values
