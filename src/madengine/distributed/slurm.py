@@ -307,6 +307,7 @@ def plan_slurm_run(request: SlurmRun, run_id: str | None = None) -> SlurmPlan:
               "trace": request.tracer.enabled,
               "directives": settings.directives(), "workdir": str(Path.cwd()), "model_dir": str(catalog.root),
               "env": sorted(settings.env.items()), "modules": settings.modules, "command": command,
+              "clean_command": shlex.join([*settings.madengine_command, "clean", "--quiet"]),
               "network_interface": settings.network_interface}
     templates = _templates()
     scripts: list[Script] = []
