@@ -1,4 +1,5 @@
-"""The trend chart of one result identity, as inline SVG geometry (the templates draw it, escaped).
+"""The trend chart of one result identity, as inline SVG geometry (the templates draw it, escaped; the
+dots, thousands of them on a page of 10 series, come as one fragment escaped here).
 
 One point per run (the median of the run's samples, as ``report regressions`` counts it), runs evenly
 spaced in time order; a band through each run's min and max where a run has several samples; a
@@ -13,20 +14,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from markupsafe import Markup, escape
+
 from madengine.reports.charts import Tick, magnitude, nice_ticks
 from madengine.reports.metrics import format_change, format_number
 
 WIDTH = 960
 HEIGHT = 280
 MARGIN = (16, 24, 40, 72)  # top, right, bottom, left
-
-
-@dataclasses.dataclass
-class Dot:
-    x: float
-    y: float
-    run_id: str
-    tip: str
 
 
 @dataclasses.dataclass
@@ -43,7 +38,7 @@ class TrendChart:
     plot: tuple[int, int, int, int]  # left, top, right, bottom
     path: str
     band: str  # SVG polygon points through every run's max, back through every min ('' without spread)
-    dots: list[Dot]
+    dots: Markup  #: a circle per run with its tooltip, escaped
     marks: list[Mark]
     y_ticks: list[Tick]
     x_ticks: list[Tick]
@@ -73,24 +68,28 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
     def x_of(index: int) -> float:
         return xs[index]
 
-    def y_of(value: float) -> float:
-        return round(bottom - (value / scale - ticks[0]) * y_step, 1)
+    low = ticks[0]
 
-    dots = []
+    def ys_of(figures: Sequence[float]) -> list[float]:
+        return [round(bottom - (value / scale - low) * y_step, 1) for value in figures]
+
     unit = f" {metric}" if metric else ""
-    for x, point in zip(xs, points):
-        value, n = point["value"], point["n"]
+    radius = 3 if len(points) <= 200 else 2
+    ys = ys_of([p["value"] for p in points])
+    dots = []
+    for x, y, point in zip(xs, ys, points):
+        n = point["n"]
         spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {n} samples" \
             if n > 1 else ""
         run = point["run_id"]
-        dots.append(Dot(x, y_of(value), run,
-                        f"{run} {point['started_at'].replace('T', ' ')[:19]}: {format_number(value)}{unit}{spread_text}"
-                        .strip()))
-    path = "M" + " L".join(f"{d.x},{d.y}" for d in dots)
+        tip = f"{run} {point['started_at'].replace('T', ' ')[:19]}: {format_number(point['value'])}{unit}{spread_text}"
+        dots.append(f'<circle class="point" cx="{x}" cy="{y}" r="{radius}" data-run="{escape(run)}">'
+                    f'<title>{escape(tip.strip())}</title></circle>')
+    path = "M" + " L".join(f"{x},{y}" for x, y in zip(xs, ys))
     band = ""
     if spread and len(points) > 1:
-        upper = [f"{x},{y_of(p['max'])}" for x, p in zip(xs, points)]
-        lower = [f"{x},{y_of(p['min'])}" for x, p in zip(reversed(xs), reversed(points))]
+        upper = [f"{x},{y}" for x, y in zip(xs, ys_of([p["max"] for p in points]))]
+        lower = [f"{x},{y}" for x, y in zip(reversed(xs), reversed(ys_of([p["min"] for p in points])))]
         band = " ".join(upper + lower)
     position = {p["run_id"]: i for i, p in enumerate(points)}
     marks = []
@@ -103,5 +102,6 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
     chosen = sorted({0, (len(points) - 1) // 2, len(points) - 1})
     x_ticks = [Tick(x_of(i), _short(points[i]["run_id"]), points[i]["started_at"].replace("T", " ")[:19])
                for i in chosen]
-    y_ticks = [Tick(round(bottom - (t - ticks[0]) * y_step, 1), format_number(t * scale)) for t in ticks]
-    return TrendChart(WIDTH, HEIGHT, (left, top, right, bottom), path, band, dots, marks, y_ticks, x_ticks)
+    y_ticks = [Tick(round(bottom - (t - low) * y_step, 1), format_number(t * scale)) for t in ticks]
+    return TrendChart(WIDTH, HEIGHT, (left, top, right, bottom), path, band, Markup("".join(dots)), marks, y_ticks,
+                      x_ticks)

@@ -573,7 +573,7 @@ class Dashboard:
             changes = [{**_change_json(c), "alert": None} for c in self.changes.of(entry, rows)]
         narrowed = any(filters.time_window()) or filters.machine or filters.tag.strip()
         shown = [r for r in rows if in_window(r, filters) and (not filters.machine or r["machine_name"] == filters.machine)
-                 and tag_matches(filters.tag, r["tags"], r["tag_configs"])] if narrowed else rows
+                 and tag_matches(filters.tag, r["tags"], entry.identity.tag_configs)] if narrowed else rows
         machines: dict[str, set[str]] = {}
         for row in shown:
             machines.setdefault(row["run_id"] or row["started_at"], set()).add(row["machine_name"])
@@ -582,7 +582,7 @@ class Dashboard:
             samples = point.samples
             points.append({"run_id": point.run, "started_at": point.started_at, "value": point.value,
                            "n": len(samples), "min": min(samples), "max": max(samples),
-                           "machine_name": ", ".join(sorted(m for m in machines.get(point.run, ()) if m))})
+                           "machine_name": ", ".join(sorted(filter(None, machines.get(point.run, ()))))})
         in_view = {p["run_id"] for p in points}
         failures = [{"run_id": r["run_id"], "started_at": r["started_at"], "status": r["status"], "reason": r["reason"],
                      "machine_name": r["machine_name"]} for r in shown if r["status"] != Status.SUCCESS]
