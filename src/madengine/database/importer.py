@@ -16,6 +16,9 @@ MySQL and MongoDB alike (the stores offer the same operations):
 
 So when the import returns, every change and count is complete. Progress goes to the reporter every
 ``PROGRESS_EVERY_S`` seconds once an import takes that long (rows so far, share, an estimate).
+
+All of it runs in the calling process: handing the rows to a process reading ahead or to workers
+advancing series cost more CPU (10 s and 6 s at a million rows) than half of what they took over.
 """
 
 from __future__ import annotations

@@ -380,7 +380,7 @@ class SqlStore:
 
     def rows_written(self) -> None:
         """An import's rows are in: its page cache goes back to the connection's own size (the series
-        pass reads each page once; the worker processes it forks then share less of this one)."""
+        pass reads each page once: the memory is given back for it)."""
         if self._cache_size is not None:
             self.connection.execute(f"PRAGMA cache_size = {int(self._cache_size)}")
             self._cache_size = None

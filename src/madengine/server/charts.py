@@ -55,9 +55,10 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
     left, top = MARGIN[3], MARGIN[0]
     right, bottom = WIDTH - MARGIN[1], HEIGHT - MARGIN[2]
     spread = any(p["n"] > 1 for p in points)
-    scale = magnitude([v for p in points for v in (p["value"], p["min"], p["max"])])
-    values = [v / scale for p in points for v in ((p["value"], p["min"], p["max"]) if spread else (p["value"],))]
-    ticks = nice_ticks(min(values), max(values))
+    # every value lies between its run's min and max: the extremes of those are the chart's
+    lowest, highest = min(p["min"] for p in points), max(p["max"] for p in points)
+    scale = magnitude([lowest, highest])
+    ticks = nice_ticks(lowest / scale, highest / scale)
     x_step = (right - left) / max(len(points) - 1, 1)
     y_step = (bottom - top) / (ticks[-1] - ticks[0])
 
@@ -70,14 +71,16 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
 
     low = ticks[0]
 
-    def ys_of(figures: Sequence[float]) -> list[float]:
-        return [round(bottom - (value / scale - low) * y_step, 1) for value in figures]
+    def ys_of(figures: Sequence[float]) -> list[str]:
+        return [str(round(bottom - (value / scale - low) * y_step, 1)) for value in figures]
 
+    # each coordinate made text once: the dots, the line and the band share them
+    x_texts = list(map(str, xs))
+    y_texts = ys_of([p["value"] for p in points])
     unit = f" {metric}" if metric else ""
     radius = 3 if len(points) <= 200 else 2
-    ys = ys_of([p["value"] for p in points])
     dots = []
-    for x, y, point in zip(xs, ys, points):
+    for x, y, point in zip(x_texts, y_texts, points):
         n = point["n"]
         spread_text = f", min {format_number(point['min'])}, max {format_number(point['max'])} of {n} samples" \
             if n > 1 else ""
@@ -85,11 +88,11 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
         tip = f"{run} {point['started_at'].replace('T', ' ')[:19]}: {format_number(point['value'])}{unit}{spread_text}"
         dots.append(f'<circle class="point" cx="{x}" cy="{y}" r="{radius}" data-run="{escape(run)}">'
                     f'<title>{escape(tip.strip())}</title></circle>')
-    path = "M" + " L".join(f"{x},{y}" for x, y in zip(xs, ys))
+    path = "M" + " L".join(f"{x},{y}" for x, y in zip(x_texts, y_texts))
     band = ""
     if spread and len(points) > 1:
-        upper = [f"{x},{y}" for x, y in zip(xs, ys_of([p["max"] for p in points]))]
-        lower = [f"{x},{y}" for x, y in zip(reversed(xs), reversed(ys_of([p["min"] for p in points])))]
+        upper = [f"{x},{y}" for x, y in zip(x_texts, ys_of([p["max"] for p in points]))]
+        lower = [f"{x},{y}" for x, y in zip(reversed(x_texts), reversed(ys_of([p["min"] for p in points])))]
         band = " ".join(upper + lower)
     position = {p["run_id"]: i for i, p in enumerate(points)}
     marks = []
