@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from madengine.reports.charts import Tick, magnitude, nice_ticks
 from madengine.reports.metrics import format_change, format_number
@@ -42,6 +42,12 @@ class TrendChart:
     marks: list[Mark]
     y_ticks: list[Tick]
     x_ticks: list[Tick]
+
+
+def _escaped(text: str) -> str:
+    """``text`` for HTML, as ``markupsafe.escape`` writes it, as plain text: a chart escapes two texts
+    per dot, and a Markup made for each and copied into the fragment again cost a third of that."""
+    return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;").replace("'", "&#39;").replace('"', "&#34;")
 
 
 def _short(run_id: str) -> str:
@@ -86,8 +92,8 @@ def trend_chart(points: Sequence[Mapping[str, Any]], changes: Sequence[Mapping[s
             if n > 1 else ""
         run = point["run_id"]
         tip = f"{run} {point['started_at'].replace('T', ' ')[:19]}: {format_number(point['value'])}{unit}{spread_text}"
-        dots.append(f'<circle class="point" cx="{x}" cy="{y}" r="{radius}" data-run="{escape(run)}">'
-                    f'<title>{escape(tip.strip())}</title></circle>')
+        dots.append(f'<circle class="point" cx="{x}" cy="{y}" r="{radius}" data-run="{_escaped(run)}">'
+                    f'<title>{_escaped(tip.strip())}</title></circle>')
     path = "M" + " L".join(f"{x},{y}" for x, y in zip(x_texts, y_texts))
     band = ""
     if spread and len(points) > 1:
