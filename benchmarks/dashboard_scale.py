@@ -28,8 +28,11 @@ the machine and on what else runs on it (the load printed beside them): rerun on
 figures to compare; CPU and memory move less with the load than wall time.
 
     python3 benchmarks/dashboard_scale.py [--work DIR] [--series 2000] [--runs 500 | --rows N] [--no-asv] [--no-browser]
+                                          [--floor]
 
-``--rows 100000`` (or fewer ``--series``) makes a quick run. ``--work DIR`` keeps the perf.csv and the
+``--floor`` also measures the import's floor: the work no import of these rows can leave out (reading
+the CSV, the content keys, SQLite's inserts and indexes, the change detection) as minimal loops, beside
+the import's CPU (``Floor``). ``--rows 100000`` (or fewer ``--series``) makes a quick run. ``--work DIR`` keeps the perf.csv and the
 asv project of each size for the next time (the database is made again each time). Exit 1 when a
 target is missed.
 """
@@ -385,6 +388,84 @@ def changes_found(db: Path, n_series: int, n_runs: int) -> tuple[int, int, int, 
     return len(found), len(placed), sum(key not in stepped for key, _ in alerts), len(alerts)
 
 
+# --- the import's floor --------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Floor:
+    """CPU seconds of the work no import of these rows can leave out, each done by a minimal loop in
+    this process with what CPython and SQLite offer: csv reading the file, the content key of every
+    row (its non-empty cells as sorted JSON, SHA-256), SQLite taking the rows through one prepared
+    INSERT into an empty table and building its four indexes after, and the change detection of every
+    series (E-divisive over its figures). The import's own work beyond these (checks, occurrence
+    numbers, relative_change, the summary tables, the series read back, alerts, verdicts) is the rest
+    of its CPU."""
+
+    csv: float = 0.0
+    keys: float = 0.0
+    insert: float = 0.0
+    indexes: float = 0.0
+    changes: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.csv + self.keys + self.insert + self.indexes + self.changes
+
+
+def measure_floor(perf: Path, work: Path, n_series: int, n_runs: int) -> Floor:
+    import itertools
+    import operator
+
+    import orjson
+
+    from madengine.stats.changepoint import detect
+
+    floor, clock = Floor(), time.process_time
+    db = work / "floor.db"
+    db.unlink(missing_ok=True)
+    connection = sqlite3.connect(db)
+    with open(perf, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle, strict=True)
+        header = next(reader)
+        order = sorted(range(len(header)), key=header.__getitem__)
+        names, pick = [header[k] for k in order], operator.itemgetter(*order)
+        columns = ", ".join(f'"{name}" TEXT' for name in header)
+        connection.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, row_key TEXT NOT NULL, "
+                           f"created_date TEXT, {columns}, extra_columns TEXT, identity_key TEXT)")
+        statement = f"INSERT INTO t VALUES (NULL, {', '.join('?' * (len(header) + 4))})"
+        connection.execute(f"PRAGMA cache_size = -{128 * 1024}")
+        connection.execute("BEGIN")
+        while True:
+            started = clock()
+            rows = list(itertools.islice(reader, 5000))
+            floor.csv += clock() - started
+            if not rows:
+                break
+            started = clock()
+            keys = [hashlib.sha256(orjson.dumps(dict(itertools.compress(zip(names, cells), cells)))).hexdigest()
+                    for cells in map(pick, rows)]
+            floor.keys += clock() - started
+            started = clock()
+            connection.executemany(statement, [(key, "", *cells, "", key) for key, cells in zip(keys, rows)])
+            floor.insert += clock() - started
+    started = clock()
+    for index in ("UNIQUE INDEX k ON t (row_key)", "INDEX g ON t (model, gpu_architecture, base_docker, status)",
+                  "INDEX r ON t (run_id)", "INDEX i ON t (identity_key, status)"):
+        connection.execute(f"CREATE {index}")
+    connection.commit()
+    floor.indexes = clock() - started
+    connection.close()
+    db.unlink()
+    series: dict[int, list[float]] = {}
+    for _, one, value in figures(n_series, n_runs, range(n_runs)):
+        if value is not None:
+            series.setdefault(one.index, []).append(value)
+    started = clock()
+    for values in series.values():
+        detect(values)
+    floor.changes = clock() - started
+    return floor
+
+
 # --- the dashboard -------------------------------------------------------------------------------
 
 class Server:
@@ -500,6 +581,8 @@ def main() -> int:
                         help="rows in all instead of --runs (runs = rows / series), e.g. --rows 100000 for a quick run")
     parser.add_argument("--no-asv", action="store_true", help="leave asv publish out")
     parser.add_argument("--no-browser", action="store_true", help="leave the first screen in Chromium out")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the import's floor: its unavoidable parts as minimal loops (Floor)")
     parser.add_argument("--dashboard-only", action="store_true",
                         help="measure only the dashboard, over the database an earlier run left in --work")
     args = parser.parse_args()
@@ -509,7 +592,7 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         if args.dashboard_only:
             return dashboard_only(work / "results.db", args.series, not args.no_browser)
-        return run(work, args.series, runs, not args.no_asv, not args.no_browser)
+        return run(work, args.series, runs, not args.no_asv, not args.no_browser, args.floor)
 
 
 def prepare(work: Path, n_series: int, n_runs: int, with_asv: bool) -> tuple[Path, Path, Path | None]:
@@ -532,7 +615,7 @@ def prepare(work: Path, n_series: int, n_runs: int, with_asv: bool) -> tuple[Pat
     return perf, nightly, asv
 
 
-def run(work: Path, n_series: int, n_runs: int, with_asv: bool, with_browser: bool) -> int:
+def run(work: Path, n_series: int, n_runs: int, with_asv: bool, with_browser: bool, with_floor: bool = False) -> int:
     perf, nightly, asv = prepare(work, n_series, n_runs, with_asv)
     db, growing = work / "results.db", work / "growing.csv"
     for stale in (db, db.with_suffix(".db-journal"), growing):
@@ -552,6 +635,9 @@ def run(work: Path, n_series: int, n_runs: int, with_asv: bool, with_browser: bo
         shutil.copyfileobj(run_rows, handle)
     appended, after = update_table(growing, db)
     found, placed, false, alerts = changes_found(db, n_series, n_runs)
+    if with_floor:
+        print("the import's floor ...", file=sys.stderr, flush=True)
+    floor = measure_floor(perf, work, n_series, n_runs) if with_floor else None
     api, screen, server, rss_now, complete = measure_dashboard(db, n_series, with_browser)
     return report(locals())
 
@@ -636,6 +722,12 @@ def report(m: dict) -> int:
                          f"{check(appended.wall <= TARGET_APPEND_S and resumed, 'append')} (target <= "
                          f"{TARGET_APPEND_S:.0f} s wall; {m['after']['unread']:,} rows not read again, "
                          f"{m['after']['inserted']:,} inserted; change detection complete: {check(m['complete'], 'complete')})"))
+    floor = m["floor"]
+    if floor is not None:
+        print(f"  the import's floor (its unavoidable parts as minimal loops in one process, CPU s; load "
+              f"{os.getloadavg()[0]:.1f}): csv reading {floor.csv:.1f}, content keys {floor.keys:.1f}, SQLite inserts "
+              f"{floor.insert:.1f} and indexes {floor.indexes:.1f}, change detection {floor.changes:.1f}: "
+              f"{floor.total:.1f} s; the import's own work beyond them {imported.cpu - floor.total:.1f} s")
     print(f"  changes: {m['found']} of {len(steps(n))} step series found ({m['placed']} within 2 runs of the step); "
           f"{m['false']} alert(s) among the {n - len(steps(n)):,} others; {m['alerts']} in all, over "
           f"{m['first']['series']:,} series")

@@ -570,3 +570,15 @@ def test_a_summary_of_twenty_alerts_is_triaged_at_once_with_the_token(results_ur
         assert sorted(states.values()) == ["acknowledged"] * 2 + ["invalid"] * (BAD_MODELS - 2)
     finally:
         serving.stop()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_charts_dots_escape_text_as_the_templates_do(text):
+    """The trend chart escapes its run ids and tooltips itself (one fragment for thousands of dots):
+    every text comes out as markupsafe, the templates' escaping, writes it."""
+    from markupsafe import escape
+
+    from madengine.server.charts import _escaped
+
+    assert _escaped(text) == str(escape(text))

@@ -72,9 +72,9 @@ def test_a_perf_csv_is_imported_in_batches_with_the_keys_of_the_whole_file(workd
     assert (again.inserted, again.already_stored, again.new_alerts) == (0, 12, 0)
 
 
-def test_a_big_import_read_ahead_and_advanced_in_processes_writes_what_a_small_one_writes(workdir, monkeypatch):
-    """The child process that reads a big perf.csv ahead and the workers that advance its series
-    change nothing in what is stored: every table as the in-process import of the same rows."""
+def test_a_big_import_checked_as_it_is_read_writes_what_a_small_one_writes(workdir, monkeypatch):
+    """A big perf.csv is checked as it is read rather than whole first: what is stored is the same,
+    every table as the import of the same rows checked whole first writes."""
     rows = [*stepped("a", 40, 25), *stepped("b", 40, 60, seed=2),
             *[dict(model="c", performance=1.0 + k % 3, run_id=f"run{k:03d}", extra={"zone": "x" * (k % 2)})
               for k in range(30)],
@@ -83,61 +83,15 @@ def test_a_big_import_read_ahead_and_advanced_in_processes_writes_what_a_small_o
     write_perf_csv(workdir / "perf.csv", rows)
     write_perf_csv(workdir / "next.csv", stepped("a", 3, 0, seed=5, prefix="next"))
     monkeypatch.setattr(rowlib, "BATCH_ROWS", 7)
+    checked = []
+    monkeypatch.setattr(PerfCsv, "check", lambda self, check=PerfCsv.check: checked.append(self.path.name) or check(self))
     for name, threshold in (("small.db", 10**9), ("big.db", 1)):
-        monkeypatch.setattr(importer, "READ_AHEAD_FROM", threshold)
-        monkeypatch.setattr(importer, "WORKERS_FROM", threshold)
+        monkeypatch.setattr(importer, "CHECK_WHOLE_BELOW", threshold)
         first = update_table(workdir / "perf.csv", f"sqlite:///{name}")
         assert (first.inserted, first.series) == (len(rows), 4)
         assert update_table(workdir / "next.csv", f"sqlite:///{name}").inserted == 3
+    assert checked == ["perf.csv", "next.csv"]  # the small import's files only
     assert every_table(workdir / "big.db") == every_table(workdir / "small.db")
-
-
-class Batches:
-    """A source of row batches (as PerfCsv is) made of a generator."""
-
-    def __init__(self, batches):
-        self._batches, self.share, self.taken = batches, 0.0, None
-
-    def batches(self):
-        return self._batches
-
-    def read(self):
-        return "what was read"
-
-    def take(self, read):
-        self.taken = read
-
-
-def test_read_ahead_raises_the_childs_error_here_and_reaps_it(workdir):
-    def failing():
-        yield [rowlib.ImportRow("k1", [""] * len(rowlib.COLUMN_AT), {}, "g")]
-        raise InputError("line 9: empty 'model' cell", path="perf.csv", hint="fix or remove that line")
-
-    with importer.ReadAhead(Batches(failing()), size=10**9) as ahead:
-        batches = iter(ahead)
-        assert [row.key for row in next(batches)] == ["k1"]
-        with pytest.raises(InputError) as caught:
-            next(batches)
-        child = ahead._child
-    assert str(caught.value) == "perf.csv: line 9: empty 'model' cell (fix or remove that line)"
-    assert child is not None and not child.is_alive() and child.exitcode == 0
-    endless = ([rowlib.ImportRow(f"k{k}", [""] * len(rowlib.COLUMN_AT), {}, "g")] for k in range(10**9))
-    with importer.ReadAhead(Batches(endless), size=10**9) as ahead:
-        assert next(iter(ahead))[0].key == "k0"  # the import stops early: the child is ended with the block
-        child = ahead._child
-    assert not child.is_alive()
-
-
-def test_read_ahead_hands_over_the_rows_and_what_was_read(workdir):
-    """Rows cross to the importing process as they were made (cells that hold the separators of the
-    cheap way across too), and what the reading process read of the file comes with them."""
-    rows = [rowlib.ImportRow(f"k{k}", [f"cell{k}", "", "a\x1fb" if k == 3 else "x", *[""] * (len(rowlib.COLUMN_AT) - 3)],
-                             {"zone": "z"} if k % 2 else {}, f"g{k % 2}") for k in range(5)]
-    source = Batches(iter([rows[:2], rows[2:], []]))
-    with importer.ReadAhead(source, size=10**9) as ahead:
-        assert ahead.forks
-        got = list(ahead)
-    assert got == [rows[:2], rows[2:], []] and source.taken == "what was read"
 
 
 def test_rows_appended_while_importing_wait_for_the_next_import(workdir):

@@ -256,13 +256,13 @@ def test_a_model_named_like_a_column_is_a_row_not_a_header(workdir):
     assert update_table(workdir / "perf.csv", "sqlite:///m.db").inserted == 3
 
 
-def test_a_bad_line_of_a_file_read_ahead_rolls_the_import_back(workdir, monkeypatch):
-    """A big file is checked as it is read (in the reading process): its bad line ends the import,
+def test_a_bad_line_of_a_big_file_rolls_the_import_back(workdir, monkeypatch):
+    """A big file is checked as it is read: its bad line ends the import,
     nothing of it is written, and the error names the file and line as the check of a small one does."""
     from madengine.core.errors import InputError
     from madengine.database import importer
 
-    monkeypatch.setattr(importer, "READ_AHEAD_FROM", 1)  # every file is big
+    monkeypatch.setattr(importer, "CHECK_WHOLE_BELOW", 1)  # every file is big
     monkeypatch.setattr(rowlib, "BATCH_ROWS", 2)
     write_perf_csv(workdir / "perf.csv", history("m", [1, 2, 3, 4, 5]))
     with open(workdir / "perf.csv", "a", encoding="utf-8") as handle:

@@ -234,10 +234,9 @@ def test_series_states_and_alerts_on_mariadb_match_sqlite(server, database, cli,
         [r[0] for r in sqlite3.connect(tmp_path / "same.db").execute("SELECT relative_change FROM dlm_table ORDER BY id")]
 
 
-def test_a_big_import_on_mariadb_read_ahead_and_advanced_in_workers_matches_sqlite(server, database, tmp_path,
-                                                                                   monkeypatch):
-    """A perf.csv read ahead in a child process and its series advanced in worker processes (the
-    path of a big import, forced here) write on MariaDB what the in-process import writes on SQLite."""
+def test_a_big_import_on_mariadb_checked_as_it_is_read_matches_sqlite(server, database, tmp_path, monkeypatch):
+    """A perf.csv checked as it is read (the path of a big import, forced here) in batches writes on
+    MariaDB what the import of the same file writes on SQLite."""
     from madengine.database import importer, rows as rowlib
 
     name, url = database
@@ -247,8 +246,7 @@ def test_a_big_import_on_mariadb_read_ahead_and_advanced_in_workers_matches_sqli
     lite = f"sqlite:///{tmp_path / 'same.db'}"
     assert update_table(tmp_path / "perf.csv", lite).inserted == len(rows)
     monkeypatch.setattr(rowlib, "BATCH_ROWS", 9)
-    monkeypatch.setattr(importer, "READ_AHEAD_FROM", 1)
-    monkeypatch.setattr(importer, "WORKERS_FROM", 1)
+    monkeypatch.setattr(importer, "CHECK_WHOLE_BELOW", 1)
     result = update_table(tmp_path / "perf.csv", url)
     assert (result.inserted, result.series, result.new_alerts) == (len(rows), 2, 1)
     same = sqlite3.connect(tmp_path / "same.db")

@@ -104,6 +104,31 @@ def test_update_table_imports_every_column_and_reimport_adds_nothing(workdir, cl
     assert fetch_run(None, "no-such-run") == []
 
 
+def test_the_unique_key_of_a_new_table_is_its_own_index_and_an_older_tables_inline_one_stays_alone(workdir):
+    """A new table's row_key is unique through the index <table>_key (an import into the empty table
+    builds it after its rows, as the other indexes); a table an earlier release made declares it UNIQUE
+    itself and gets no second index. Both refuse a key twice, and a re-import adds nothing to either."""
+    write_perf_csv(workdir / "perf.csv", history("m", [1, 2, 3]) + history("m", [1], run_prefix="twin"))
+    old = sqlite3.connect(workdir / "old.db")
+    old.execute("CREATE TABLE dlm_table (id INTEGER PRIMARY KEY AUTOINCREMENT, row_key TEXT NOT NULL UNIQUE, "
+                "created_date TEXT NOT NULL, model TEXT)")
+    old.commit()
+    old.close()
+    for name in ("new.db", "old.db"):
+        assert update_table(workdir / "perf.csv", f"sqlite:///{name}").inserted == 4
+        assert update_table(workdir / "perf.csv", f"sqlite:///{name}").inserted == 0
+    indexes = {name: [(row[1], row[2], row[3]) for row in sqlite3.connect(workdir / name).execute(
+        "PRAGMA index_list(dlm_table)")] for name in ("new.db", "old.db")}
+    assert ("dlm_table_key", 1, "c") in indexes["new.db"]
+    assert [(unique, origin) for _, unique, origin in indexes["new.db"] if unique] == [(1, "c")]
+    assert [(unique, origin) for _, unique, origin in indexes["old.db"] if unique] == [(1, "u")]
+    for name in ("new.db", "old.db"):
+        connection = sqlite3.connect(workdir / name)
+        key = connection.execute("SELECT row_key FROM dlm_table LIMIT 1").fetchone()[0]
+        with pytest.raises(sqlite3.IntegrityError):
+            connection.execute("INSERT INTO dlm_table (row_key, created_date) VALUES (?, 'x')", (key,))
+
+
 def test_appended_rows_are_imported_later_without_duplicates(workdir, cli):
     perf = workdir / "perf.csv"
     write_perf_csv(perf, history("m", [10, 20]))

@@ -145,9 +145,9 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
     if why and reporter is not None:
         reporter.message(f"madengine: {source.path}: reading the whole file: {why}")
     source.open()
-    # a small file is checked whole before a database is opened; a big one as it is read (ahead, in
-    # another process), its import rolled back on a bad line
-    total = source.check() if source.unread_bytes < importer.READ_AHEAD_FROM else 0
+    # a small file is checked whole before a database is opened; a big one as it is read, its import
+    # rolled back on a bad line
+    total = source.check() if source.unread_bytes < importer.CHECK_WHOLE_BELOW else 0
     entries = rowlib.load_model_entries(Path(model_json_path)) if model_json_path is not None else None
     if unreachable is not None:
         raise unreachable
@@ -161,12 +161,10 @@ def _update_table(source: rowlib.PerfCsv, db_url: str | None, environ: Mapping[s
                 enriched += rowlib.enrich_from_models(batch, entries)
             yield batch
 
-    # the rows are read ahead from here on (a child process for a big file), while the store is made ready
-    with importer.ReadAhead(source, source.unread_bytes) as ahead, \
-            open_store(url, table, environ, create=True) as store:
+    with open_store(url, table, environ, create=True) as store:
         state = store.create_table()
         importer.catch_up(store, reporter)
-        outcome = importer.import_rows(store, batches(ahead), total=total, reporter=reporter,
+        outcome = importer.import_rows(store, batches(source.batches()), total=total, reporter=reporter,
                                        what=f"importing {source.path.name}", earlier_through=earlier_through,
                                        share=lambda: source.share)
         last_id = store.mark()

@@ -30,9 +30,8 @@ _CHUNK = 500
 #: what the overview shows of an identity's latest row
 LATEST_COLUMNS = ("id", "status", "performance", "metric", "reason", "run_id", "started_at", "machine_name", "tags",
                   "perf_n", "perf_cv", "perf_min", "perf_max", "relative_change", "created_date")
-#: what a trend needs of every row of one identity
-SERIES_COLUMNS = ("id", *IDENTITY_FIELDS, "status", "performance", "perf_samples", "perf_n", "perf_min", "perf_max",
-                  "perf_ci95_low", "perf_ci95_high", "run_id", "started_at", "machine_name", "tags", "reason",
+#: what a trend needs of every row of one identity (its identity fields are the identity's own: not read per row)
+SERIES_COLUMNS = ("id", "status", "performance", "perf_samples", "run_id", "started_at", "machine_name", "tags", "reason",
                   "created_date")
 #: what ``report compare`` needs of a run's rows
 COMPARE_COLUMNS = (*IDENTITY_FIELDS, "status", "performance", "perf_samples", "run_id")
@@ -241,10 +240,10 @@ class Reader:
                 rows = store._execute(f"SELECT {select} FROM {{t}} WHERE {IDENTITY_COLUMN} = ? ORDER BY id",
                                       (key,)).fetchall()
                 return self._dicts(names, SERIES_COLUMNS, rows)
-            identity = ResultIdentity.from_key(key)
-            select, names = self._select(store, SERIES_COLUMNS)
-            rows = self._dicts(names, SERIES_COLUMNS, store._execute(f"SELECT {select} FROM {{t}} ORDER BY id"))
-            return [row for row in rows if ResultIdentity.from_row(row) == identity]
+            identity = ResultIdentity.from_key(key)  # a table without identity keys: its rows grouped here
+            select, names = self._select(store, (*SERIES_COLUMNS, *IDENTITY_FIELDS))
+            rows = self._dicts(names, (*SERIES_COLUMNS, *IDENTITY_FIELDS), store._execute(f"SELECT {select} FROM {{t}} ORDER BY id"))
+            return [{name: row[name] for name in SERIES_COLUMNS} for row in rows if ResultIdentity.from_row(row) == identity]
         return self._run(work)
 
     def run_rows(self, run_id: str, columns: Sequence[str] | None = None) -> list[dict[str, str]]:

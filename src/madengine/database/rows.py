@@ -155,9 +155,6 @@ class _Layout:
     ``relative_change`` where the content key leaves it out, read that cell."""
 
     def __init__(self, header: Sequence[str]) -> None:
-        import orjson
-
-        self._dumps = orjson.dumps
         width = len(header)
         at = {name: k for k, name in enumerate(header)}
         blank = at.get("relative_change", -1)
@@ -165,15 +162,23 @@ class _Layout:
         self.keyed_names = [header[k] for k in by_name]  #: the header, sorted: the content key's order
         #: the cells of the content key, in ``keyed_names`` order (a row's twin-hash too)
         self.keyed = _picker([width if k == blank else k for k in by_name])
-        self.known = _picker([at.get(name, width) for name in ALL_COLUMNS])
         self.fields = _picker([at.get(name, width) for name in IDENTITY_FIELDS])
         self.extra_names = [name for name in header if name not in COLUMN_AT]
         self.extra = _picker([at[name] for name in self.extra_names])
+        self.figures = FIGURES_COLUMN in self.extra_names  #: rows may name figures (``with_figure_rows``)
+        #: the header is ALL_COLUMNS or its start (a perf.csv of this release or an earlier one): a
+        #: row's own list becomes its known cells, no cell picked one by one
+        self.in_order = list(header) == list(ALL_COLUMNS[:width])
+        self._tail = [""] * (len(ALL_COLUMNS) - width)
+        self._known = _picker([at.get(name, width) for name in ALL_COLUMNS])
 
-    def canonical(self, keyed: Sequence[str]) -> bytes:
-        """:func:`_canonical` of a row given as its ``keyed`` cells: the non-empty ones, by column name
-        (a dict made in sorted order serializes as ``OPT_SORT_KEYS`` would sort it)."""
-        return self._dumps(dict(itertools.compress(zip(self.keyed_names, keyed), keyed)))
+    def known(self, cells: list[str]) -> list[str]:
+        """The cells of ALL_COLUMNS in order (``ImportRow.values``); ``cells`` may be that list itself,
+        after every other picker read it."""
+        if not self.in_order:
+            return list(self._known(cells))
+        cells[len(cells) - 1:] = self._tail  # the empty cell past the header, or the columns it lacks
+        return cells
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,14 +387,6 @@ class PerfCsv:
         return FileMark(host, path, *self._file_id, self.size, self.rows_before + self.rows, self.lines,
                         self.checksum, last_id, last_key)
 
-    def read(self) -> tuple[int, int, str]:
-        """(rows, lines, checksum) of what :meth:`batches` read: what a process that read them hands over."""
-        return self.rows, self.lines, self.checksum
-
-    def take(self, read: tuple[int, int, str]) -> None:
-        """What another process read of the file (:meth:`read`)."""
-        self.rows, self.lines, self.checksum = read
-
     def _read_header(self, reader: Any) -> list[str]:
         header = [name.strip() for name in next(reader, [])]
         if not any(header):
@@ -444,21 +441,32 @@ class PerfCsv:
         """The rows after ``start``, ``size`` at a time (see the class docstring); ``checksum`` once
         they are all read."""
         self.open()
-        layout, sha256, from_bytes = self._layout, hashlib.sha256, int.from_bytes
-        occurrences = _Occurrences(self.unread_bytes // 1000)
+        import orjson
+
+        layout, sha256, from_bytes, dumps, compress = self._layout, hashlib.sha256, int.from_bytes, orjson.dumps, \
+            itertools.compress
+        keyed, names, fields_of, known, count = layout.keyed, layout.keyed_names, layout.fields, layout.known, \
+            _Occurrences(self.unread_bytes // 1000).count
+        extra_names, extra = layout.extra_names, layout.extra
         identities: dict[tuple[str, ...], str] = {}
         digest = self._digest or sha256()
         batch: list[ImportRow] = []
         for cells in self._cells(digest):
-            text = sha256(layout.canonical(layout.keyed(cells)))
-            text.update(b"\n#%d" % occurrences.count(from_bytes(text.digest()[:8], "little")))
-            fields = layout.fields(cells)
+            chosen = keyed(cells)
+            # _canonical of the row: its non-empty cells by column name (a dict made in sorted order
+            # serializes as OPT_SORT_KEYS would sort it)
+            text = sha256(dumps(dict(compress(zip(names, chosen), chosen))))
+            text.update(b"\n#%d" % count(from_bytes(text.digest()[:8], "little")))
+            fields = fields_of(cells)
             group = identities.get(fields)
             if group is None:
                 group = identities[fields] = ResultIdentity(*fields).key()
-            batch += with_figure_rows(ImportRow(text.hexdigest(), list(layout.known(cells)),
-                                                dict(zip(layout.extra_names, layout.extra(cells)))
-                                                if layout.extra_names else {}, group))
+            others = dict(zip(extra_names, extra(cells))) if extra_names else {}
+            row = ImportRow(text.hexdigest(), known(cells), others, group)
+            if layout.figures:
+                batch += with_figure_rows(row)
+            else:
+                batch.append(row)
             if len(batch) >= size:
                 self.share = self._share()
                 yield batch

@@ -54,7 +54,9 @@ class _Dialect:
         return f"{self.quote}{identifier}{self.quote}"
 
 
-SQLITE = _Dialect("sqlite", "?", '"', "id INTEGER PRIMARY KEY AUTOINCREMENT", "row_key TEXT NOT NULL UNIQUE",
+# SQLite: row_key is UNIQUE through the index ``<table>_key`` (_create_sqlite_indexes), which an import into an
+# empty table builds once at the end as it does the others (tables of earlier releases declare it UNIQUE inline)
+SQLITE = _Dialect("sqlite", "?", '"', "id INTEGER PRIMARY KEY AUTOINCREMENT", "row_key TEXT NOT NULL",
                   "created_date TEXT NOT NULL", "INSERT OR IGNORE")
 MYSQL = _Dialect("mysql", "%s", "`", "id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY",
                  "row_key CHAR(64) NOT NULL UNIQUE", "created_date DATETIME NOT NULL", "INSERT IGNORE")
@@ -265,10 +267,18 @@ class SqlStore:
 
     def _create_sqlite_indexes(self) -> None:
         q = self.dialect.q
+        if not self._key_declared_unique():
+            self._execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {q(self.table + '_key')} ON {{t}} (row_key)")
         self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_group')} ON {{t}} "
                       "(model, gpu_architecture, base_docker, status)")
         self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_run')} ON {{t}} (run_id)")
         self._execute(f"CREATE INDEX IF NOT EXISTS {q(self.table + '_identity')} ON {{t}} ({IDENTITY_COLUMN}, status)")
+
+    def _key_declared_unique(self) -> bool:
+        """The table declares row_key UNIQUE itself (an earlier release made it): SQLite's own index
+        keeps the keys unique, another one would only cost."""
+        indexes = self._execute(f"PRAGMA index_list({self.dialect.q(self.table)})").fetchall()
+        return any(origin == "u" for _, _, _, origin, *_ in indexes)
 
     def _create_mysql_identity_index(self) -> None:
         """The identity index on a table an earlier release created (MySQL has no IF NOT EXISTS for it)."""
@@ -370,7 +380,7 @@ class SqlStore:
 
     def rows_written(self) -> None:
         """An import's rows are in: its page cache goes back to the connection's own size (the series
-        pass reads each page once; the worker processes it forks then share less of this one)."""
+        pass reads each page once: the memory is given back for it)."""
         if self._cache_size is not None:
             self.connection.execute(f"PRAGMA cache_size = {int(self._cache_size)}")
             self._cache_size = None
@@ -380,14 +390,17 @@ class SqlStore:
         return int(self._execute("SELECT MAX(id) FROM {t}").fetchone()[0] or 0)
 
     def bulk(self) -> contextlib.AbstractContextManager[None]:
-        """Around the inserts of an import into an empty table: SQLite builds the secondary indexes
-        once at the end (sorting a million entries beats a million B-tree inserts), inside the same
-        transaction; MySQL keeps them (its index DDL would commit the transaction)."""
+        """Around the inserts of an import into an empty table: SQLite builds its indexes, the unique
+        one of ``row_key`` among them, once at the end (sorting a million entries beats a million
+        B-tree inserts), inside the same transaction (a crash or a bad line rolls the drop back with
+        the rows); MySQL keeps them (its index DDL would commit the transaction). The keys of one
+        import differ from each other (occurrence numbers), so nothing the unique index would have
+        refused goes in meanwhile."""
         return self._without_indexes() if self.dialect is SQLITE else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def _without_indexes(self) -> Iterator[None]:
-        for suffix in ("_group", "_run", "_identity"):
+        for suffix in ("_key", "_group", "_run", "_identity"):
             self._execute(f"DROP INDEX IF EXISTS {self.dialect.q(self.table + suffix)}")
         try:
             yield

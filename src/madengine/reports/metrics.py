@@ -15,6 +15,8 @@ def format_number(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return ""
     magnitude = abs(value)
+    if 1 <= magnitude < 1000:  # most figures (a chart's thousands of tooltips): the branch below, first
+        return f"{value:.2f}".rstrip("0").rstrip(".")
     if magnitude >= 1e15:
         return f"{value:.4g}"
     if magnitude >= 1000:

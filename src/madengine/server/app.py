@@ -241,7 +241,7 @@ def create_app(config: ServerConfig) -> Starlette:
             yield
         finally:
             watcher.cancel()
-            dashboard.changes.stop()
+            dashboard.close()
 
     d = dashboard
     routes = [

@@ -3,7 +3,7 @@
 A table an import of this release wrote has its changes already (the alerts of
 :mod:`madengine.database.history_tables`, complete when the import returns). For a table an earlier
 release wrote (the dashboard never writes, so it cannot migrate it), or rows such a release added
-since, the detection is `report regressions`' own (:func:`madengine.results.series.series_from_rows`
+since, the detection is `report regressions`' own (:func:`madengine.results.series.numbered_points`
 and :func:`~madengine.results.series.changes_of`: one point per run, E-divisive means). It costs
 milliseconds per identity (about 8 ms for 500 runs), too much to do for thousands of identities in one
 request: a thread goes through them once at start and then again for each identity whose latest row
@@ -18,15 +18,15 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from madengine.database.dashboard import IdentityEntry, Reader
-from madengine.results.series import Change, changes_of, series_from_rows
+from madengine.results.series import Change, changes_of, numbered_points
 from madengine.stats.changepoint import MIN_SEGMENT
 
 PAUSE_S = 0.5  #: between two looks at the database when everything is up to date
 
 
 def detect(entry: IdentityEntry, rows: Sequence[Mapping[str, str]]) -> list[Change]:
-    """The changes of one identity's rows, as ``report regressions`` finds them."""
-    points = series_from_rows(rows).get(entry.identity, [])
+    """The changes of one identity's rows (``Reader.identity_rows``), as ``report regressions`` finds them."""
+    points = numbered_points(enumerate(rows))
     if len(points) < 2 * MIN_SEGMENT:
         return []
     return changes_of(entry.identity, points)
