@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TextIO
 
 from madengine.core import clock as clocks
 from madengine.core.redact import redact
@@ -63,6 +63,17 @@ class Environment:
     def data(self, text: str) -> None:
         """Machine- or human-readable output of the command, on stdout."""
         print(redact(text), file=self.stdout, flush=True)
+
+    def result(self, text: str, document: Any, as_json: bool) -> None:
+        """A command's result: its table on stdout; with ``--json`` the document on stdout and the
+        table on stderr, where a person still sees it (redacted either way)."""
+        if not as_json:
+            self.data(text)
+            return
+        import json
+
+        print(redact(text), file=self.stderr, flush=True)
+        self.data(json.dumps(document, indent=1, default=str))
 
     @property
     def debug(self) -> bool:

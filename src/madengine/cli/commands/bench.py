@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 from madengine.bench.flags import ITERATIONS, MIN_TIME, ONNX_FLAGS, PRECISION, SCRIPT_FLAGS, SEED, THREADS, WARMUP
@@ -147,11 +146,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         environ=environ, load=env.host().load, **trace_settings(args))
     summary = run_bench(request, CliReporter(env))
     tables = render_tables(summary)
-    if args.json:
-        print(tables, file=env.stderr, flush=True)
-        env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    else:
-        env.data(tables)
+    env.result(tables, summary.to_json(), args.json)
     if summary.outcomes and not args.no_html:
         write_html(env, summary.perf_csv)
     env.message(f"madengine: {len(summary.outcomes) - len(summary.failed)} succeeded, {len(summary.failed)} failed; "
@@ -212,11 +207,7 @@ def handle_scripts(args: argparse.Namespace, env: Environment) -> ExitStatus:
     text = "\n\n".join(render_tree(script) for script in summary.scripts)
     if not args.analyze_only and summary.records:
         text += "\n\n" + render_script_table(summary)
-    if args.json:
-        print(text, file=env.stderr, flush=True)
-        env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    else:
-        env.data(text)
+    env.result(text, summary.to_json(), args.json)
     if summary.records and not args.no_html:
         write_html(env, summary.perf_csv)
     found = sum(len(s.found) for s in summary.scripts)

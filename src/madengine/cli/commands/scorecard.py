@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from madengine.cli.commands.bench import add_precision_argument, add_timing_arguments, tolerance, trace_note
@@ -98,11 +97,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
         parse_url(db_url, origin="--db-url" if args.db_url else "MADENGINE_DB_URL")  # bad URL: exit 2 before running
     summary = run_scorecard(request, CliReporter(env))
     grid = render_grid(summary)
-    if args.json:
-        print(grid, file=env.stderr, flush=True)
-        env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    else:
-        env.data(grid)
+    env.result(grid, summary.to_json(), args.json)
     if args.html:
         from madengine.reports.scorecard import write_scorecard_html
 

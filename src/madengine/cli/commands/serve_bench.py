@@ -5,7 +5,6 @@ perf.csv row per point. A thin layer over :func:`madengine.serving.bench.run_ser
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -142,11 +141,7 @@ def handle(args: argparse.Namespace, env: Environment) -> ExitStatus:
                                 command_line=env.host().command_line, environ=dict(env.environ), **trace_settings(args))
     summary = run_serve_bench(request, CliReporter(env))
     text = render_table(summary)
-    if args.json:
-        print(text, file=env.stderr, flush=True)
-        env.data(json.dumps(summary.to_json(), indent=1, default=str))
-    else:
-        env.data(text)
+    env.result(text, summary.to_json(), args.json)
     if summary.records and not args.no_html:
         write_html(env, summary.perf_csv)
     env.message(f"madengine: {len(summary.records) - len(summary.failed)} succeeded, {len(summary.failed)} failed; "
