@@ -4,8 +4,9 @@ It emits the tokens of every request at known times: the first ``--ttft-ms`` aft
 read, then one every ``--itl-ms``, each moved by a seeded uniform jitter of at most ``--jitter-ms``
 (kept below half a gap, so tokens stay in order). Every request's truth (when it was read, when each
 token was written to the socket, measured with the same system-wide monotonic clock the client
-reads) goes to ``--truth FILE`` as one JSON line, so tests compare madengine's figures with what the
-server actually did. Faults on demand: HTTP 500 on every Nth request (``--fail-every``), a malformed
+reads, and how long each write took: a write the scheduler interrupted has a late time) goes to
+``--truth FILE`` as one JSON line, so tests compare madengine's figures with what the server
+actually did. Faults on demand: HTTP 500 on every Nth request (``--fail-every``), a malformed
 SSE line (``--malformed-every``), a stream cut after 3 tokens (``--cut-every``), an error object in
 the stream (``--error-every``), readiness never reached (``--never-ready``).
 
@@ -88,6 +89,7 @@ class Server:
         loop = asyncio.get_running_loop()
         start = loop.time() - (self.clock() - received) / 1e9  # the request's read, on the loop's clock
         written: list[int] = []
+        writing: list[int] = []  #: ns each write took: a write interrupted by the scheduler makes its time late
         for index in range(tokens):
             jitter = rng.uniform(-args.jitter_ms, args.jitter_ms) if args.jitter_ms else 0.0
             target = start + (args.ttft_ms + index * args.itl_ms + jitter) / 1000
@@ -107,8 +109,10 @@ class Server:
                 self.record(number, received, written, "error", request)
                 return self.end(writer)
             piece = {"delta": {"content": f" t{index}"}} if chat else {"text": f" t{index}"}
+            before = self.clock()
             self.event(writer, {"id": str(number), "choices": [{"index": 0, **piece, "finish_reason": None}]})
             written.append(self.clock())
+            writing.append(written[-1] - before)
         finish = {"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}
         self.event(writer, {"id": str(number), "choices": [finish]})
         if not args.no_usage:
@@ -118,7 +122,7 @@ class Server:
         if not args.no_done:
             self.chunk(writer, b"data: [DONE]\n\n")
         self.end(writer)
-        self.record(number, received, written, "", request)
+        self.record(number, received, written, "", request, writing)
         await writer.drain()
 
     def event(self, writer: asyncio.StreamWriter, payload: dict) -> None:
@@ -132,10 +136,11 @@ class Server:
     def end(writer: asyncio.StreamWriter) -> None:
         writer.write(b"0\r\n\r\n")
 
-    def record(self, number: int, received: int, written: list[int], fault: str, request: dict) -> None:
+    def record(self, number: int, received: int, written: list[int], fault: str, request: dict,
+               writing: list[int] | None = None) -> None:
         prompt = request.get("prompt") or json.dumps(request.get("messages"))
         self.records.append({"request": number, "received": received, "tokens": written, "fault": fault,
-                             "prompt": prompt})
+                             "prompt": prompt, "writing": writing or []})
         if self.truth is not None:
             self.truth.write(json.dumps(self.records[-1]) + "\n")
             self.truth.flush()

@@ -121,6 +121,80 @@ def test_a_stream_without_done_that_finished_is_whole():
     assert all(r.ok and r.finish_reason == "length" for r in records)
 
 
+# -- arrival times, in real time ------------------------------------------------------------------
+@pytest.mark.parametrize("read", ["recv", "recv_into"])
+def test_a_read_keeps_when_its_bytes_arrived(read):
+    """Linux (x86-64, arm64, riscv64): the kernel's stamp, before the read; elsewhere, and while the
+    kernel has not yet switched its stamps on, the read's own time."""
+    import select
+    import socket
+    import time
+
+    from madengine.serving.arrivals import KERNEL_STAMPS, arrival_socket
+
+    def exchange() -> tuple[int, int]:
+        sent = time.monotonic_ns()
+        peer.sendall(b"data: token\n\n")
+        select.select([client], [], [])
+        readable = time.monotonic_ns()  # the bytes are in: they arrived before this
+        if read == "recv":
+            data = client.recv(64)
+        else:
+            buffer = bytearray(64)
+            data = bytes(buffer[:client.recv_into(buffer)])
+        assert data == b"data: token\n\n"
+        if client.from_kernel:
+            assert sent <= client.arrived <= readable
+        else:
+            assert client.arrived >= readable
+        return sent, readable
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = arrival_socket((socket.AF_INET, socket.SOCK_STREAM, 0, "", listener.getsockname()))
+        client.connect(listener.getsockname())
+        peer, _ = listener.accept()
+        with client, peer:
+            for _ in range(400):  # the kernel switches its stamps on a moment after a socket asks
+                exchange()
+                if client.from_kernel or not KERNEL_STAMPS:
+                    break
+                time.sleep(0.005)
+            assert client.from_kernel == KERNEL_STAMPS
+            for _ in range(3):
+                exchange()
+                assert client.from_kernel == KERNEL_STAMPS
+
+
+def test_a_real_time_session_times_its_tokens_by_their_sockets(server):
+    """On the system's clock a response streams from an arrival socket (the tests' virtual clock, or
+    ``arrival_times=False``, reads the clock instead); its tokens lie between the send and the end."""
+    from madengine.serving.arrivals import KERNEL_STAMPS, socket_of
+    from madengine.serving.client import new_session
+
+    endpoint = Endpoint(server.url, serving_server.MODEL)
+    body = json.dumps(endpoint.payload(synthetic(1, 4, 3)[0])).encode()
+
+    async def sockets():
+        found = []
+        for arrival_times in (True, False):
+            async with new_session(1, arrival_times=arrival_times) as session, \
+                    session.post(endpoint.url, data=body, headers=endpoint.request_headers) as response:
+                sock = socket_of(response)
+                await response.read()
+                found.append((sock, sock.arrived if sock else None, sock.from_kernel if sock else None))
+        records = await run_point(endpoint, lp.LoadPoint(concurrency=2), synthetic(4, 4, 5))
+        return found, records
+
+    found, records = asyncio.run(sockets())
+    (stamped, arrived, from_kernel), (unstamped, _, _) = found
+    assert stamped is not None and arrived > 0 and from_kernel == KERNEL_STAMPS
+    assert unstamped is None
+    for record in records:
+        assert record.ok and len(record.token_times) == 5, record
+        assert record.sent < record.token_times[0] and record.token_times == sorted(record.token_times)
+        assert record.token_times[-1] <= record.ended
+
+
 # -- faults, in real time -------------------------------------------------------------------------
 def _bench(cli, tmp_path: Path, url: str, *flags: str):
     return cli("serve-bench", "--url", url, "--model", serving_server.MODEL, "-o", str(tmp_path / "perf.csv"),

@@ -22,12 +22,15 @@ import aiohttp
 
 from madengine.core.jsonio import dumps, loads
 from madengine.core.values import one_line
+from madengine.serving.arrivals import arrival_socket, socket_of
 from madengine.serving.prompts import Prompt
 from madengine.serving.requests import RequestRecord
 
 APIS = ("completions", "chat")
 ERROR_TEXT = 160  #: characters of a server's error body kept in a request's error
 MAX_LINE = 1 << 20  #: bytes of one SSE line; a longer one is a malformed stream
+
+Clock = Callable[[], int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,17 +62,21 @@ class Endpoint:
         return body
 
 
-def new_session(connections: int) -> aiohttp.ClientSession:
+def new_session(connections: int, clock: Clock = time.monotonic_ns, arrival_times: bool = True) -> aiohttp.ClientSession:
     """One session for a benchmark: ``connections`` kept-alive connections at most (0: no limit).
 
     A request counts from the moment its body went to the socket (aiohttp's ``on_request_chunk_sent``
     signal), not from when its coroutine began: requests that wait behind others for the client's one
-    thread (a burst of 64 at once) are not charged for that wait.
+    thread (a burst of 64 at once) are not charged for that wait. A token counts from when it reached
+    the machine (:mod:`madengine.serving.arrivals`), not from when its stream's reader got to it,
+    where ``clock`` is the system's (the arrival times are on it) and ``arrival_times`` is left on;
+    otherwise (the tests' virtual clock; the benchmark's comparison) ``clock`` is read as a read returns.
     """
     loads(b"{}")  # the JSON parser is imported on first use: not while the first chunk is timed
     tracing = aiohttp.TraceConfig()
     tracing.on_request_chunk_sent.append(_body_sent)
-    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=0, ttl_dns_cache=300)
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=0, ttl_dns_cache=300,
+                                     socket_factory=arrival_socket if arrival_times and clock is time.monotonic_ns else None)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
                                  auto_decompress=False, trace_configs=[tracing])
 
@@ -94,9 +101,6 @@ async def open_connections(session: aiohttp.ClientSession, endpoint: Endpoint, c
         await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), 30)
     except asyncio.TimeoutError:
         pass
-
-
-Clock = Callable[[], int]
 
 
 async def send(session: aiohttp.ClientSession, endpoint: Endpoint, prompt: Prompt, record: RequestRecord,
@@ -136,15 +140,22 @@ async def _stream(session: aiohttp.ClientSession, endpoint: Endpoint, prompt: Pr
             record.error = f"HTTP {response.status}: {one_line(text.decode('utf-8', 'replace').strip(), ERROR_TEXT)}"
             return
         state = _StreamState(record, endpoint.api)
-        await _read_events(response.content, state, clock)
-        record.ended = clock()
+        arrival = _arrival_clock(response, clock)
+        await _read_events(response.content, state, arrival)
+        record.ended = arrival()
         state.finish()
 
 
+def _arrival_clock(response: aiohttp.ClientResponse, clock: Clock) -> Clock:
+    """When the bytes read last reached the machine: the arrival time of the response's socket's
+    last read, or ``clock`` now where the socket is not an arrival socket (the tests' virtual time)."""
+    sock = socket_of(response)
+    return clock if sock is None else (lambda: sock.arrived)
+
+
 async def _read_events(content: Any, state: "_StreamState", clock: Clock) -> None:
-    """The body's lines to ``state`` as they come, each with the time its read returned: one await
-    per read of the socket (not per line), so a token's time is as close to its arrival as the
-    event loop allows."""
+    """The body's lines to ``state`` as they come, each with ``clock()`` as its read returned (the
+    arrival of the socket read that completed it): one await per read of the socket, not per line."""
     pending = b""
     async for data in content.iter_any():
         now = clock()

@@ -24,9 +24,9 @@ from madengine.tracing import names
 
 async def run_point(endpoint: Endpoint, point: LoadPoint, prompts: list[Prompt], *, seed: int = 0,
                     done: Callable[[RequestRecord], None] = lambda record: None,
-                    clock: Clock = time.monotonic_ns) -> list[RequestRecord]:
+                    clock: Clock = time.monotonic_ns, arrival_times: bool = True) -> list[RequestRecord]:
     """Send every prompt at ``point``; the records in request order (``done`` called as each ends;
-    ``clock``: see :func:`~madengine.serving.client.send`)."""
+    ``clock``, ``arrival_times``: see :func:`~madengine.serving.client.new_session`)."""
     records = [RequestRecord(index) for index in range(len(prompts))]
 
     async def one(index: int, slot: int, session: Any) -> None:
@@ -38,11 +38,11 @@ async def run_point(endpoint: Endpoint, point: LoadPoint, prompts: list[Prompt],
     if point.concurrency is not None:
         streams = min(point.concurrency, len(prompts))
         queue = iter(range(len(prompts)))
-        async with new_session(streams) as session:
+        async with new_session(streams, clock, arrival_times) as session:
             await open_connections(session, endpoint, streams)
             await asyncio.gather(*(_stream(one, slot, queue, session) for slot in range(streams)))
     else:
-        async with new_session(0) as session:
+        async with new_session(0, clock, arrival_times) as session:
             await _arrivals(one, point.rate or math.inf, len(prompts), seed, session)
     return records
 
