@@ -69,12 +69,17 @@ def test_install_on_a_fresh_clone_leaves_the_system_python_alone(tmp_path):
     assert f"linked as {bin_dir}/madengine" in done.stderr
     assert freeze(python) == before  # nothing installed, upgraded or removed in the system interpreter
     assert os.readlink(bin_dir / "madengine") == str(checkout / ".venv" / "bin" / "madengine")
-    # a new login shell: nothing activated, only the link's folder added to a plain PATH
+    # a new shell: nothing activated, only the link's folder added to a plain PATH. Not a login shell:
+    # Debian's /etc/profile resets root's PATH to one with /usr/local/bin, where the link of this
+    # machine's own install may answer instead of the clone's
     shell = subprocess.run(["env", "-i", f"HOME={tmp_path}", f"PATH={bin_dir}:/usr/bin:/bin", f"MODEL_DIR={checkout}",
-                            "bash", "-lc", "cd / && madengine --version && madengine discover --tags examples"],
+                            "bash", "-c", "cd / && command -v madengine && madengine --version && "
+                            "madengine discover --tags examples"],
                            capture_output=True, text=True, timeout=300)
     assert shell.returncode == 0, shell.stderr
-    assert shell.stdout.startswith("madengine 2.") and "numpy_matmul" in shell.stdout
+    found, version = shell.stdout.splitlines()[:2]
+    assert found == str(bin_dir / "madengine")  # the clone's link, nothing else on PATH
+    assert version.startswith("madengine 2.") and "numpy_matmul" in shell.stdout
     # the README's first command, in that clone, through the link (its images are this checkout's: found
     # built by their inputs' hash, or built)
     require_service("Docker engine", docker_engine_available(), "run scripts/docker-up.sh")
