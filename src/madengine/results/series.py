@@ -91,15 +91,22 @@ def _side(run: Point, summary: Summary) -> dict[str, Any]:
 def numbered_points(numbered: Iterable[tuple[int, Mapping[str, str]]]) -> list[Point]:
     """The points of one identity's (row number, row) pairs: the number orders runs without start
     times and names runs with neither run id nor start time (``#number+1``)."""
+    return points_of(_entry(number, row) for number, row in numbered
+                     if (row.get("status") or "").strip().upper() == Status.SUCCESS)
+
+
+def _entry(number: int, row: Mapping[str, str]) -> tuple[int, str, str, list[float]]:
+    started = (row.get("started_at") or "").strip()
+    return number, (row.get("run_id") or "").strip() or started or f"#{number + 1}", started, _figures(row)
+
+
+def points_of(entries: Iterable[tuple[int, str, str, list[float]]]) -> list[Point]:
+    """The points of one identity's SUCCESS rows, each given as (row number, run, start time, its
+    figures): the rows of one run make one point (rows without figures none), in time order."""
     points: dict[str, Point] = {}
-    for number, row in numbered:
-        if (row.get("status") or "").strip().upper() != Status.SUCCESS:
-            continue
-        values = _figures(row)
+    for number, run, started, values in entries:
         if not values:
             continue
-        started = (row.get("started_at") or "").strip()
-        run = (row.get("run_id") or "").strip() or started or f"#{number + 1}"
         point = points.get(run)
         if point is None:
             points[run] = Point(run, started, list(values), number)
@@ -111,14 +118,19 @@ def numbered_points(numbered: Iterable[tuple[int, Mapping[str, str]]]) -> list[P
 
 
 def _figures(row: Mapping[str, str]) -> list[float]:
-    """``row_samples``, with the common case (no ``perf_samples``, a plain number) made cheap."""
-    if not row.get("perf_samples"):
+    return figures_of(row.get("perf_samples") or "", row.get("performance") or "")
+
+
+def figures_of(perf_samples: str, performance: str) -> list[float]:
+    """A row's figures: ``row_samples`` of its ``perf_samples`` and ``performance`` cells, with the
+    common case (no ``perf_samples``, a plain number) made cheap."""
+    if not perf_samples:
         try:
-            value = float(row.get("performance") or "")
+            value = float(performance)
         except (TypeError, ValueError, OverflowError):
-            return row_samples(row)
+            return row_samples({"performance": performance})
         return [value] if math.isfinite(value) else []
-    return row_samples(row)
+    return row_samples({"perf_samples": perf_samples, "performance": performance})
 
 
 def series_from_rows(rows: Iterable[Mapping[str, str]]) -> dict[ResultIdentity, list[Point]]:
