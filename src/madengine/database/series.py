@@ -227,12 +227,12 @@ def advance(state: SeriesState | None, key: str, new_rows: Sequence[SeriesRow | 
         region, appended = found  # type: ignore[misc]
         offset = state.n_points - len(state.tail)  # type: ignore[union-attr]
         cut = offset + FROZEN if offset else 0
-    changes = _live_changes(identity, region, offset, cut, state.changes)
+    values = [p.value for p in region]
+    changes = _live_changes(identity, region, values, offset, cut, state.changes)
     known = [c for c in state.changes if c < cut]
     positions = sorted(known + [c.index for c in changes])
     for change in changes:
         change.latest = change.index == positions[-1]
-    values = [p.value for p in region]
     window = _Window(values, positions, offset, state.changes if appended else None, state.n_points)
     updates, unsure = _corrections([r for r in rows if r.id > since], region, window)
     verdict = judge_latest(values, [c - offset for c in positions if c >= offset],
@@ -251,7 +251,7 @@ def _points(rows: Sequence[SeriesRow]) -> list[Point]:
     return points_of((r.id, r.run, r.started, r.samples) for r in rows if r.code == "S")
 
 
-def _live_changes(identity: ResultIdentity, region: Sequence[Point], offset: int, cut: int,
+def _live_changes(identity: ResultIdentity, region: Sequence[Point], values: Sequence[float], offset: int, cut: int,
                   known: Sequence[int]) -> list[Change]:
     """The changes at positions from ``cut`` on, found in the region from its last known change
     before ``cut`` (else its start, held to the bar of the segment that began before it)."""
@@ -261,7 +261,7 @@ def _live_changes(identity: ResultIdentity, region: Sequence[Point], offset: int
     points = region[anchor - offset:]
     if len(points) < 2 * MIN_SEGMENT:
         return []
-    return [c for c in changes_of(identity, points, anchor, extra) if c.index >= cut]
+    return [c for c in changes_of(identity, points, anchor, extra, values[anchor - offset:]) if c.index >= cut]
 
 
 @dataclasses.dataclass

@@ -20,7 +20,7 @@ from madengine.results.columns import Status
 from madengine.results.direction import lower_is_better
 from madengine.results.figures import with_figures
 from madengine.results.identity import ResultIdentity
-from madengine.results.samples import row_samples
+from madengine.results.samples import parse_samples, row_samples
 from madengine.stats.changepoint import ChangePoint, detect
 from madengine.stats.summary import Summary
 
@@ -124,13 +124,17 @@ def _figures(row: Mapping[str, str]) -> list[float]:
 def figures_of(perf_samples: str, performance: str) -> list[float]:
     """A row's figures: ``row_samples`` of its ``perf_samples`` and ``performance`` cells, with the
     common case (no ``perf_samples``, a plain number) made cheap."""
-    if not perf_samples:
+    if perf_samples:
         try:
-            value = float(performance)
-        except (TypeError, ValueError, OverflowError):
-            return row_samples({"performance": performance})
-        return [value] if math.isfinite(value) else []
-    return row_samples({"perf_samples": perf_samples, "performance": performance})
+            values = parse_samples(perf_samples)
+        except ValueError:
+            values = []  # as row_samples reads a malformed cell: the performance instead
+        return values or row_samples({"performance": performance})
+    try:
+        value = float(performance)
+    except (TypeError, ValueError, OverflowError):
+        return row_samples({"performance": performance})
+    return [value] if math.isfinite(value) else []
 
 
 def series_from_rows(rows: Iterable[Mapping[str, str]]) -> dict[ResultIdentity, list[Point]]:
@@ -150,10 +154,12 @@ def in_time_order(points: list[Point]) -> list[Point]:
     return sorted(points, key=lambda p: p.order)
 
 
-def changes_of(identity: ResultIdentity, points: Sequence[Point], offset: int = 0, extra_left: int = 0) -> list[Change]:
+def changes_of(identity: ResultIdentity, points: Sequence[Point], offset: int = 0, extra_left: int = 0,
+               values: Sequence[float] | None = None) -> list[Change]:
     """The detected changes of one identity's series (``offset``: where ``points`` start in it;
-    ``extra_left``: runs of the same segment before them, see :func:`madengine.stats.changepoint.detect`)."""
-    found = detect([p.value for p in points], extra_left=extra_left)
+    ``extra_left``: runs of the same segment before them, see :func:`madengine.stats.changepoint.detect`;
+    ``values``: the points' values when the caller has them)."""
+    found = detect([p.value for p in points] if values is None else list(values), extra_left=extra_left)
     lower = lower_is_better(identity.metric)
     return [Change(identity, lower, cp.index + offset, dataclasses.replace(cp, index=cp.index + offset),
                    points[cp.index - 1], points[cp.index], k == len(found) - 1)
