@@ -4,8 +4,8 @@ The series pass (:func:`madengine.database.series.advance`) needs a few cells of
 status, figure, samples, run and start time. Read back from a million-row table, a query per series,
 they cost 3.5 s of CPU (random reads of 1 KB rows for 100 bytes each). The import has every one of
 them in hand as it writes the row, so :class:`KeptRows` keeps them, packed in arrays in the order
-the rows were written (about 70 bytes a row: 70 MB at a million rows, where Python objects would
-take 470), each row linked to the next one of its series, and hands each series its
+the rows were written (about 75 bytes a row: 71 MB at a million realistic rows, where Python
+objects would take 470), each row linked to the next one of its series, and hands each series its
 :class:`~madengine.database.series.SeriesRow` list when its turn comes.
 
 The ``relative_change`` a SUCCESS row was written with is not kept (``None``: the series pass looks
@@ -14,8 +14,8 @@ up the few cells it would correct); every other row was written with an empty on
 Row ``k`` (from 0) of the import has the id ``first_id + k``: the import is the table's only writer,
 and its rows get the ids after the table's newest one, in the order they are inserted. The importer
 uses the kept rows only when the store confirms that numbering (every row inserted, the newest id
-where the count says); otherwise it reads the rows back (a store that numbers rows otherwise:
-MongoDB's ``seq``).
+where the count says: ``store.numbered``); otherwise it reads the rows back (MongoDB always: its
+``seq`` is a clock reading).
 """
 
 from __future__ import annotations
