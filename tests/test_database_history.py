@@ -245,6 +245,21 @@ def test_the_rows_an_import_keeps_give_what_reading_them_back_gives(workdir, mon
     assert any(row for row in kept["dlm_table_alerts"])  # the steps were found
 
 
+def test_a_figure_that_keeps_its_text_reads_the_rows_back(workdir, monkeypatch):
+    """An empty perf_samples list falls back to a performance that keeps its text (parsing.Figure):
+    the kept rows give up, the series pass reads the rows back, the same tables as a read-back import."""
+    rows = [*stepped("m", 20, 99), dict(model="m", performance=7, perf_samples="[]", run_id="whole")]
+    write_perf_csv(workdir / "perf.csv", rows)
+    read_back = []
+    new_rows = SqlStore.new_rows
+    monkeypatch.setattr(SqlStore, "new_rows", lambda self, *a: read_back.append(name) or new_rows(self, *a))
+    for name, numbered in (("kept.db", SqlStore.numbered), ("read.db", lambda self, mark, count: False)):
+        monkeypatch.setattr(SqlStore, "numbered", numbered)
+        assert update_table(workdir / "perf.csv", f"sqlite:///{name}").inserted == 21
+    assert read_back == ["kept.db", "read.db"]
+    assert every_table(workdir / "kept.db") == every_table(workdir / "read.db")
+
+
 def test_an_import_after_a_gap_in_the_ids_reads_its_rows_back(workdir, monkeypatch):
     """AUTOINCREMENT numbers after a deleted newest row: the import's rows are not the ids after the
     table's newest, so the series pass reads them back."""
