@@ -23,6 +23,7 @@ from madengine.core.errors import InputError
 from madengine.core.events import Reporter
 from madengine.database import importer, rows as rowlib, update_table
 from madengine.database.rows import PerfCsv, content_keys
+from madengine.database.sql import SqlStore
 from madengine.stats.changepoint import detect
 from test_database_helpers import every_table, history, one_error_line, relative, write_perf_csv
 
@@ -209,6 +210,71 @@ def test_rows_of_earlier_imports_are_never_rewritten(workdir):
     assert [r["relative_change"] for r in after[:27]] == before
     # the later rows are compared with the runs after the step only
     assert relative(after[-1])["baseline_avg"] == pytest.approx(110, rel=0.02)
+
+
+def test_the_rows_an_import_keeps_give_what_reading_them_back_gives(workdir, monkeypatch):
+    """The series pass and the summaries work from the cells the import kept as it wrote its rows
+    (kept.KeptRows, summary.Tally), or read them back where the store does not confirm their ids:
+    every table the same, into an empty table and into one with rows (a step within the appended
+    rows corrects the relative_change the running window wrote)."""
+    first = [*stepped("a", 40, 25), *stepped("b", 40, 999, seed=2),
+             *[dict(model="c", performance=1.0 + k % 3, run_id=f"run{k // 2:03d}", tags=f"t{k % 2}") for k in range(30)],
+             dict(model="c", performance=7.0, run_id="twin"), dict(model="c", performance=7.0, run_id="twin"),
+             dict(model="c", performance=5.0), dict(model="c", performance=6.0, started_at="2026-02-01T00:00:00Z"),
+             *[dict(model="s", performance=float(k), perf_samples=json.dumps([k, k + 0.5, k + 1.0]), run_id=f"run{k:03d}")
+               for k in range(1, 12)],
+             dict(model="d", status="FAILURE", reason="out of memory", run_id="run001"),
+             dict(model="d", status="SKIPPED", run_id="run002"), dict(model="a", status="FAILURE", run_id="run041")]
+    second = [*stepped("a", 3, 0, seed=5, prefix="next"),
+              *[{**row, "run_id": f"late{k:03d}"} for k, row in enumerate(stepped("b", 30, 10, seed=3))],
+              *stepped("e", 12, 6, seed=4), dict(model="c", performance=2.0, run_id="run003")]
+    write_perf_csv(workdir / "first.csv", first)
+    write_perf_csv(workdir / "second.csv", second)
+    monkeypatch.setattr(rowlib, "BATCH_ROWS", 16)
+    read_back = []
+    new_rows = SqlStore.new_rows
+    monkeypatch.setattr(SqlStore, "new_rows", lambda self, *a: read_back.append(name) or new_rows(self, *a))
+    for name, numbered in (("kept.db", SqlStore.numbered), ("read.db", lambda self, mark, count: False)):
+        monkeypatch.setattr(SqlStore, "numbered", numbered)
+        assert update_table(workdir / "first.csv", f"sqlite:///{name}").inserted == len(first)
+        assert update_table(workdir / "second.csv", f"sqlite:///{name}").inserted == len(second)
+        assert update_table(workdir / "first.csv", f"sqlite:///{name}").inserted == 0
+    assert set(read_back) == {"read.db"}
+    kept, read = every_table(workdir / "kept.db"), every_table(workdir / "read.db")
+    assert kept == read
+    assert any(row for row in kept["dlm_table_alerts"])  # the steps were found
+
+
+def test_a_figure_that_keeps_its_text_reads_the_rows_back(workdir, monkeypatch):
+    """An empty perf_samples list falls back to a performance that keeps its text (parsing.Figure):
+    the kept rows give up, the series pass reads the rows back, the same tables as a read-back import."""
+    rows = [*stepped("m", 20, 99), dict(model="m", performance=7, perf_samples="[]", run_id="whole")]
+    write_perf_csv(workdir / "perf.csv", rows)
+    read_back = []
+    new_rows = SqlStore.new_rows
+    monkeypatch.setattr(SqlStore, "new_rows", lambda self, *a: read_back.append(name) or new_rows(self, *a))
+    for name, numbered in (("kept.db", SqlStore.numbered), ("read.db", lambda self, mark, count: False)):
+        monkeypatch.setattr(SqlStore, "numbered", numbered)
+        assert update_table(workdir / "perf.csv", f"sqlite:///{name}").inserted == 21
+    assert read_back == ["kept.db", "read.db"]
+    assert every_table(workdir / "kept.db") == every_table(workdir / "read.db")
+
+
+def test_an_import_after_a_gap_in_the_ids_reads_its_rows_back(workdir, monkeypatch):
+    """AUTOINCREMENT numbers after a deleted newest row: the import's rows are not the ids after the
+    table's newest, so the series pass reads them back."""
+    write_perf_csv(workdir / "first.csv", stepped("m", 20, 99))
+    write_perf_csv(workdir / "second.csv", stepped("m", 20, 5, prefix="next"))
+    update_table(workdir / "first.csv", "sqlite:///m.db")
+    with sqlite3.connect(workdir / "m.db") as connection:
+        connection.execute("DELETE FROM dlm_table WHERE id = (SELECT MAX(id) FROM dlm_table)")
+    read_back = []
+    new_rows = SqlStore.new_rows
+    monkeypatch.setattr(SqlStore, "new_rows", lambda self, *a: read_back.append(a) or new_rows(self, *a))
+    assert update_table(workdir / "second.csv", "sqlite:///m.db").inserted == 20
+    assert read_back
+    stored = db_rows(workdir / "m.db")
+    assert [r["id"] for r in stored[-20:]] == list(range(21, 41))  # id 20 was used by the deleted row
 
 
 # --- change points as alerts ---------------------------------------------------------------------

@@ -8,11 +8,16 @@ MySQL and MongoDB alike (the stores offer the same operations):
    (``store.mark``): every row after it is this import's;
 2. per batch of rows: the content keys already stored are skipped, each new row gets the
    ``relative_change`` a running window gives (:class:`~.series.RunningBaselines`, seeded from the
-   series states), the batch is inserted;
-3. the summary tables take in the new rows (one GROUP BY over them, SQL);
+   series states), the batch is inserted; the cells the series pass needs are kept
+   (:class:`~.kept.KeptRows`) and the summaries' aggregates counted (:class:`~.summary.Tally`);
+3. the summary tables take in the new rows (the tally, or one GROUP BY over them; SQL);
 4. per touched series, one :func:`~.series.advance`: change points of its tail and new runs, the
    corrected ``relative_change`` cells, its latest run's verdict; the alerts of its changes
    (:func:`~.alerts.reconcile`, triage kept).
+
+The kept rows and the tally stand for the rows only when the store confirms that they got the ids
+after ``mark`` in the order they were written (``store.numbered``: every row inserted, none refused,
+no gap); otherwise the series pass reads the rows back and the summaries group them (MongoDB always).
 
 So when the import returns, every change and count is complete. Progress goes to the reporter every
 ``PROGRESS_EVERY_S`` seconds once an import takes that long (rows so far, share, an estimate).
@@ -30,14 +35,21 @@ from typing import Any, Callable, Iterable, Sequence
 
 from madengine.core.events import Reporter
 from madengine.database import alerts as alertlib
-from madengine.database.rows import ImportRow, now_text
-from madengine.database.series import ROW_COLUMNS, Advance, RunningBaselines, SeriesState, advance
+from madengine.database.kept import KeptRows
+from madengine.database.rows import COLUMN_AT, ImportRow, now_text
+from madengine.database.series import (ROW_COLUMNS, Advance, RunningBaselines, SeriesRow, SeriesState, advance, figure,
+                                       status_code)
+from madengine.database.summary import Tally
+from madengine.results.columns import Status
+from madengine.results.series import figures_of
 
 SERIES_CHUNK = 100  #: series whose new rows are read and written at once
 CHECK_WHOLE_BELOW = 32 << 20  #: bytes of a perf.csv below which it is checked whole before a database is opened
 PROGRESS_EVERY_S = 5.0
 
 Store = Any  # SqlStore | MongoStore
+_STATUS, _PERFORMANCE, _SAMPLES, _RUN, _STARTED, _MODEL, _MACHINE, _RELATIVE = (COLUMN_AT[name] for name in (
+    "status", "performance", "perf_samples", "run_id", "started_at", "model", "machine_name", "relative_change"))
 
 
 @dataclasses.dataclass
@@ -91,70 +103,107 @@ def import_rows(store: Store, batches: Iterable[list[ImportRow]], *, total: int 
         store.begin_import(wait_s)
     mark = store.mark()
     history = store.keeps_history()
-    baselines = RunningBaselines({})
-    touched: dict[str, None] = {}
+    written = _Written(mark, RunningBaselines({}), KeptRows(mark + 1) if history else None, Tally(created_date))
     states: dict[str, SeriesState] = {}  # loaded to seed the running window: the series pass goes on from them
     outcome, done = Outcome(), 0
     progress(0, total, "rows")
     with store.bulk() if mark == 0 else contextlib.nullcontext():
         for batch in batches:
             done += len(batch)
-            _insert_batch(store, batch, baselines, touched, states if history and mark else None, created_date,
-                          outcome, empty=mark == 0, earlier_through=earlier_through)
+            _insert_batch(store, batch, written, states if history and mark else None, created_date, outcome,
+                          empty=mark == 0, earlier_through=earlier_through)
             read = share() if share is not None else 0.0
             progress(done, total or (round(done / read) if read else 0), "rows")
     store.rows_written()
     if outcome.inserted:
-        store.absorb(mark)
+        # the ids were the import's to give only if the store numbered its rows as counted
+        numbered = written.numbered and store.numbered(mark, outcome.inserted)
+        store.absorb(mark, written.tally if numbered else None)
         if history:
-            update_series(store, mark, list(touched), outcome, progress, states)
+            kept = written.kept if numbered and written.kept is not None and written.kept.valid else None
+            update_series(store, mark, list(written.touched), outcome, progress, states, kept)
     return outcome
 
 
-def _insert_batch(store: Store, batch: list[ImportRow], baselines: RunningBaselines, touched: dict[str, None],
-                  states: dict[str, SeriesState] | None, created_date: str, outcome: Outcome, *, empty: bool,
-                  earlier_through: int | None = None) -> None:
+@dataclasses.dataclass
+class _Written:
+    """What an import keeps of the rows it writes, for what comes after them."""
+
+    mark: int  #: the table's newest row id before the import
+    baselines: RunningBaselines  #: the running window of each series' relative_change
+    kept: KeptRows | None  #: the rows for the series pass (None: no series kept)
+    tally: Tally  #: their aggregates for the summary tables
+    touched: dict[str, None] = dataclasses.field(default_factory=dict)  #: the series written to, in order
+    numbered: bool = True  #: every row went in: its id is the next after the table's newest
+    codes: dict[str, str] = dataclasses.field(default_factory=dict)  #: status -> its code (``status_code``)
+
+
+def _insert_batch(store: Store, batch: list[ImportRow], written: _Written, states: dict[str, SeriesState] | None,
+                  created_date: str, outcome: Outcome, *, empty: bool, earlier_through: int | None = None) -> None:
     """The rows of ``batch`` the store does not have, with their running ``relative_change``
-    (``states``: where the series states loaded to seed the window go; None: nothing to seed)."""
+    (``states``: where the series states loaded to seed the window go; None: nothing to seed), noted
+    for the series pass and the summaries."""
     stored = set() if empty else store.existing_keys([row.key for row in batch])  # an empty table has none
     if stored and earlier_through is not None and store.stored_through(sorted(stored), earlier_through):
         raise RepeatsEarlierRow
     fresh = [row for row in batch if row.key not in stored]
+    touched, baselines, kept, tally, codes = written.touched, written.baselines, written.kept, written.tally, \
+        written.codes
     unseen = [g for g in dict.fromkeys(row.group for row in fresh) if g not in touched]
     if unseen and states is not None:
         loaded = store.load_states(unseen)
         states.update(loaded)
         baselines.seed({key: state.baseline for key, state in loaded.items()})
+    row_id = written.mark + outcome.inserted + 1
     for row in fresh:
-        touched[row.group] = None
-        row.set("relative_change", baselines.relative_change(row.group, row.get("status"), row.get("performance")))
-    outcome.inserted += store.insert(fresh, created_date)
+        group, values = row.group, row.values
+        touched[group] = None
+        status = values[_STATUS]
+        code = codes.get(status)
+        if code is None:
+            code = codes[status] = status_code(status)
+        value = figure(values[_PERFORMANCE]) if code == "S" else None
+        text = values[_RELATIVE] = baselines.after(group, value) if value is not None and status == Status.SUCCESS else ""
+        if kept is not None:
+            kept.add(group, code, value, figures_of(values[_SAMPLES], values[_PERFORMANCE]) if code == "S" else (),
+                     values[_RUN], values[_STARTED], text)
+        tally.add(row_id, group, status, values[_RUN], values[_MODEL], values[_STARTED], values[_MACHINE])
+        row_id += 1
+    inserted = store.insert(fresh, created_date)
+    written.numbered = written.numbered and inserted == len(fresh)
+    outcome.inserted += inserted
     outcome.already_stored += len(batch) - len(fresh)
 
 
 def update_series(store: Store, mark: int, keys: Sequence[str], outcome: Outcome, progress: Progress,
-                  states: dict[str, SeriesState] | None = None) -> None:
+                  states: dict[str, SeriesState] | None = None, kept: KeptRows | None = None) -> None:
     """One :func:`advance` per series of ``keys`` over its rows after ``mark``, and their alerts, a
-    chunk of series at a time (``states``: those loaded already)."""
+    chunk of series at a time (``states``: those loaded already; ``kept``: the rows after ``mark``,
+    else they are read back)."""
     keys = sorted(keys)
     loaded = states or {}
     progress(0, len(keys), "series")
     for start in range(0, len(keys), SERIES_CHUNK):
         chunk = keys[start:start + SERIES_CHUNK]
-        _finish_chunk(store, chunk, _advance_chunk(store, mark, chunk, loaded), outcome)
+        _finish_chunk(store, chunk, _advance_chunk(store, mark, chunk, loaded, kept), outcome)
         progress(start + len(chunk), len(keys), "series")
 
 
-def _advance_chunk(store: Store, mark: int, chunk: list[str], loaded: dict[str, SeriesState]) -> list[Advance]:
+def _advance_chunk(store: Store, mark: int, chunk: list[str], loaded: dict[str, SeriesState],
+                   kept: KeptRows | None) -> list[Advance]:
     missing = [key for key in chunk if key not in loaded]
     states = {**{key: loaded.pop(key) for key in chunk if key in loaded}, **(store.load_states(missing) if missing else {})}
+    if kept is not None:
+        new: dict[str, Sequence[SeriesRow | dict[str, Any]]] = dict(kept.take(chunk))
+    else:
+        new = {key: [dict(zip(ROW_COLUMNS, row)) for row in rows] for key, rows in store.new_rows(mark, chunk).items()}
     steps = []
-    for key, rows in store.new_rows(mark, chunk).items():
+    for key, rows in new.items():
         state = states.get(key)
         # ids start at 1: an import into an empty table (mark 0) has no rows before its own to look for
         reread = state is not None or (mark > 0 and store.has_rows_before(key, mark))
-        steps.append(advance(state, key, [dict(zip(ROW_COLUMNS, row)) for row in rows],
-                             (lambda key=key: store.identity_rows(key)) if reread else None, since=mark))  # type: ignore[misc]
+        steps.append(advance(state, key, rows, (lambda key=key: store.identity_rows(key)) if reread else None,
+                             since=mark))  # type: ignore[misc]
     return steps
 
 
@@ -163,7 +212,7 @@ def _finish_chunk(store: Store, chunk: list[str], steps: list[Advance], outcome:
     existing: dict[str, list[alertlib.Alert]] = {}
     for alert in store.load_alerts(chunk):
         existing.setdefault(alert.identity_key, []).append(alert)
-    saved_states, saved_alerts, updates = [], [], []
+    saved_states, saved_alerts, updates, unsure = [], [], [], []
     for step in steps:
         key = step.state.key
         saved_states.append(step.state)
@@ -172,6 +221,10 @@ def _finish_chunk(store: Store, chunk: list[str], steps: list[Advance], outcome:
         outcome.new_alerts += sum(a.alert_id not in known for a in changed)
         saved_alerts += changed
         updates += step.updates
+        unsure += step.unsure
+    if unsure:  # cells of kept rows: corrected where the stored one differs
+        stored = store.relative_changes([row_id for row_id, _ in unsure])
+        updates += [(row_id, text) for row_id, text in unsure if text != stored.get(row_id, "")]
     store.save_states(saved_states)
     store.save_alerts(saved_alerts)
     store.update_relative_change(updates)

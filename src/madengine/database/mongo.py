@@ -212,6 +212,11 @@ class MongoStore:
         self._next_seq = max(time.time_ns(), int(newest[0].get("seq") or 0) + 1 if newest else 0)
         return int(newest[0].get("seq") or 0) if newest else 0
 
+    def numbered(self, mark: int, count: int) -> bool:
+        """No: ``seq`` numbers are clock readings, and the series pass reads the rows back (their
+        ``_id`` is what ``update_relative_change`` writes to)."""
+        return False
+
     def bulk(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
@@ -242,7 +247,7 @@ class MongoStore:
     def keeps_history(self) -> bool:
         return True
 
-    def absorb(self, mark: int) -> None:
+    def absorb(self, mark: int, tally: Any = None) -> None:
         """No summary collections: nothing to bring up to date."""
 
     @property

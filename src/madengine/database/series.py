@@ -31,13 +31,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from madengine.database.rows import BASELINE_WINDOW
 from madengine.results.columns import Status
 from madengine.results.direction import lower_is_better
 from madengine.results.identity import ResultIdentity
-from madengine.results.series import Change, Point, changes_of, numbered_points
+from madengine.results.series import Change, Point, changes_of, figures_of, points_of
 from madengine.stats.changepoint import MIN_SEGMENT
 from madengine.stats.history import MAX_HISTORY, judge_latest
 
@@ -47,6 +47,35 @@ STATUS_WINDOW = 50  #: rows whose statuses a series state keeps
 STATUS_CODES = {Status.SUCCESS: "S", Status.FAILURE: "F", Status.SKIPPED: "K"}
 #: the columns :func:`advance` reads of each new row
 ROW_COLUMNS = ("id", "status", "performance", "perf_samples", "run_id", "started_at", "relative_change")
+
+
+class SeriesRow(NamedTuple):
+    """What :func:`advance` uses of one row (:func:`series_row` makes it from the ``ROW_COLUMNS``
+    cells; an import makes it from the rows it wrote, :mod:`madengine.database.kept`)."""
+
+    id: int
+    code: str  #: its status as ``STATUS_CODES`` says (``S``: SUCCESS)
+    performance: float | None  #: :func:`figure` of its ``performance``
+    samples: list[float]  #: its figures (``results.series.figures_of``; SUCCESS rows only, else [])
+    run: str  #: its run: run id, else start time, else ``#id+1``
+    started: str  #: its start time
+    relative_change: str | None  #: as stored; None: not at hand (the import looks it up to compare)
+
+
+def status_code(status: str | None) -> str:
+    return STATUS_CODES.get((status or "").strip().upper(), "?")
+
+
+def series_row(row: Mapping[str, Any]) -> SeriesRow:
+    """The :class:`SeriesRow` of a row's ``ROW_COLUMNS`` cells (None cells read as '')."""
+    row_id = int(row["id"])
+    code = status_code(row.get("status"))
+    performance = row.get("performance") or ""
+    started = (row.get("started_at") or "").strip()
+    return SeriesRow(row_id, code, figure(performance),
+                     figures_of(row.get("perf_samples") or "", performance) if code == "S" else [],
+                     (row.get("run_id") or "").strip() or started or f"#{row_id + 1}", started,
+                     row.get("relative_change") or "")
 
 
 @dataclasses.dataclass
@@ -101,6 +130,8 @@ class Advance:
     frozen_before: int  #: changes at positions below this were not looked at again
     updates: list[tuple[int, str]]  #: (row id, relative_change)
     whole: bool  #: the series was read whole
+    #: (row id, relative_change) of rows whose stored cell was not at hand: an update where it differs
+    unsure: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
 
 def relative_change_text(value: float, baseline: Sequence[float]) -> str:
@@ -174,49 +205,53 @@ def _baseline(values: Sequence[float], positions: Sequence[int], offset: int, j:
     return list(values[max(start, j - BASELINE_WINDOW, offset) - offset:j - offset])
 
 
-def advance(state: SeriesState | None, key: str, new_rows: Sequence[Mapping[str, Any]],
+def advance(state: SeriesState | None, key: str, new_rows: Sequence[SeriesRow | Mapping[str, Any]],
             read_all: Callable[[], Sequence[Mapping[str, Any]]] | None, since: int = 0) -> Advance:
-    """The series of identity ``key`` after ``new_rows`` (``ROW_COLUMNS``, in row order) were added.
-    ``state`` None: a series without a state yet; ``read_all`` gives every row of the identity when
-    the series must be read whole (None: ``new_rows`` are every row it has). Rows up to id ``since``
-    were stored by earlier imports: their ``relative_change`` is never rewritten."""
+    """The series of identity ``key`` after ``new_rows`` (:class:`SeriesRow`, or ``ROW_COLUMNS``
+    cells, in row order) were added. ``state`` None: a series without a state yet; ``read_all``
+    gives every row of the identity when the series must be read whole (None: ``new_rows`` are every
+    row it has). Rows up to id ``since`` were stored by earlier imports: their ``relative_change`` is
+    never rewritten."""
     identity = ResultIdentity.from_key(key)
-    numbered = [(int(row["id"]), row) for row in new_rows]
-    found = _region(state, numbered_points(numbered)) if state is not None and state.n_rows else None
+    rows = [row if isinstance(row, SeriesRow) else series_row(row) for row in new_rows]
+    found = _region(state, _points(rows)) if state is not None and state.n_rows else None
     whole = found is None
     if whole:
         appended = state is None and read_all is None  # a new series: the running window saw it all
         if read_all is not None and (state is None or state.n_rows):
-            new_rows = list(read_all())
-            numbered = [(int(row["id"]), row) for row in new_rows]
-        region = numbered_points(numbered)
+            rows = [series_row(row) for row in read_all()]
+        region = _points(rows)
         appended = appended and _in_row_order(region)
         state, offset, cut = SeriesState(key), 0, 0
     else:
         region, appended = found  # type: ignore[misc]
         offset = state.n_points - len(state.tail)  # type: ignore[union-attr]
         cut = offset + FROZEN if offset else 0
-    changes = _live_changes(identity, region, offset, cut, state.changes)
+    values = [p.value for p in region]
+    changes = _live_changes(identity, region, values, offset, cut, state.changes)
     known = [c for c in state.changes if c < cut]
     positions = sorted(known + [c.index for c in changes])
     for change in changes:
         change.latest = change.index == positions[-1]
-    values = [p.value for p in region]
     window = _Window(values, positions, offset, state.changes if appended else None, state.n_points)
-    updates = _corrections([r for r in new_rows if int(r["id"]) > since], region, window)
+    updates, unsure = _corrections([r for r in rows if r.id > since], region, window)
     verdict = judge_latest(values, [c - offset for c in positions if c >= offset],
                            lower_is_better=lower_is_better(identity.metric)) if values else None
     n_points = offset + len(region)
-    codes = "".join(STATUS_CODES.get((r.get("status") or "").strip().upper(), "?") for r in new_rows)
+    codes = "".join(r.code for r in rows)
     after = SeriesState(
-        state.key, n_points, state.n_rows + len(new_rows), max([state.covered, *(i for i, _ in numbered)]),
+        state.key, n_points, state.n_rows + len(rows), max([state.covered, *(r.id for r in rows)]),
         all(p.started_at for p in region) and (state.timed or whole), region[-TAIL:], positions,
         _baseline(values, positions, offset, n_points), (state.statuses + codes)[-STATUS_WINDOW:],
         None if verdict is None else {**verdict.to_json(), "run_id": region[-1].run})
-    return Advance(after, changes, cut, updates, whole)
+    return Advance(after, changes, cut, updates, whole, unsure)
 
 
-def _live_changes(identity: ResultIdentity, region: Sequence[Point], offset: int, cut: int,
+def _points(rows: Sequence[SeriesRow]) -> list[Point]:
+    return points_of((r.id, r.run, r.started, r.samples) for r in rows if r.code == "S")
+
+
+def _live_changes(identity: ResultIdentity, region: Sequence[Point], values: Sequence[float], offset: int, cut: int,
                   known: Sequence[int]) -> list[Change]:
     """The changes at positions from ``cut`` on, found in the region from its last known change
     before ``cut`` (else its start, held to the bar of the segment that began before it)."""
@@ -226,7 +261,7 @@ def _live_changes(identity: ResultIdentity, region: Sequence[Point], offset: int
     points = region[anchor - offset:]
     if len(points) < 2 * MIN_SEGMENT:
         return []
-    return [c for c in changes_of(identity, points, anchor, extra) if c.index >= cut]
+    return [c for c in changes_of(identity, points, anchor, extra, values[anchor - offset:]) if c.index >= cut]
 
 
 @dataclasses.dataclass
@@ -253,32 +288,30 @@ class _Window:
         return max(start_now, j - BASELINE_WINDOW) == max(start_then, j - BASELINE_WINDOW)
 
 
-def _corrections(rows: Sequence[Mapping[str, Any]], region: Sequence[Point], window: _Window) -> list[tuple[int, str]]:
-    """(row id, relative_change) of the rows whose stored cell is not what their series says. Where
-    the rows simply extend the series one run each, only the points after a change the running
-    window did not know are looked at."""
+def _corrections(rows: Sequence[SeriesRow], region: Sequence[Point],
+                 window: _Window) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(row id, relative_change) of the rows whose stored cell is not what their series says, and
+    of those whose stored cell is not at hand (to compare). Where the rows simply extend the series
+    one run each, only the points after a change the running window did not know are looked at."""
     at = {p.run: window.offset + k for k, p in enumerate(region)}
-    updates = []
-    success = [r for r in rows if (r.get("status") or "").strip().upper() == Status.SUCCESS]
-    if window.seen is not None and len({_run_of(r) for r in success}) < len(success):
+    updates, unsure = [], []
+    success = [r for r in rows if r.code == "S"]
+    if window.seen is not None and len({r.run for r in success}) < len(success):
         window.seen = None  # two rows of one run: the running window saw two figures where the series has one
     for row in rows:
         text = ""
-        if (row.get("status") or "").strip().upper() == Status.SUCCESS:
-            value = figure(row.get("performance") or "")
-            j = at.get(_run_of(row))
+        if row.code == "S":
+            value = row.performance
+            j = at.get(row.run)
             if value is not None and j is not None:
                 if window.as_running(j) and value == window.values[j - window.offset]:
                     continue
                 text = relative_change_text(value, window.baseline(j))
-        if text != (row.get("relative_change") or ""):
-            updates.append((int(row["id"]), text))
-    return updates
-
-
-def _run_of(row: Mapping[str, str]) -> str:
-    started = (row.get("started_at") or "").strip()
-    return (row.get("run_id") or "").strip() or started or f"#{int(row['id']) + 1}"
+        if row.relative_change is None:
+            unsure.append((row.id, text))
+        elif text != row.relative_change:
+            updates.append((row.id, text))
+    return updates, unsure
 
 
 def reference_values(state: SeriesState, run: str) -> list[float] | None:
@@ -315,8 +348,10 @@ class RunningBaselines:
         if status != Status.SUCCESS:
             return ""
         value = figure(performance)
-        if value is None:
-            return ""
+        return "" if value is None else self.after(group, value)
+
+    def after(self, group: str, value: float) -> str:
+        """The ``relative_change`` of a SUCCESS row of ``group`` with the figure ``value``."""
         recent = self._recent.setdefault(group, [])
         text = relative_change_text(value, recent)
         recent.append(value)

@@ -389,6 +389,12 @@ class SqlStore:
         """The newest row id: rows an import inserts come after it."""
         return int(self._execute("SELECT MAX(id) FROM {t}").fetchone()[0] or 0)
 
+    def numbered(self, mark: int, count: int) -> bool:
+        """Whether the ``count`` rows an import inserted after ``mark`` have the ids ``mark + 1`` to
+        ``mark + count``, in the order they were inserted (ids ascend and differ: the newest id says
+        so; an AUTOINCREMENT past deleted rows or an id a refused MySQL insert used says no)."""
+        return self.mark() == mark + count
+
     def bulk(self) -> contextlib.AbstractContextManager[None]:
         """Around the inserts of an import into an empty table: SQLite builds its indexes, the unique
         one of ``row_key`` among them, once at the end (sorting a million entries beats a million
@@ -450,6 +456,16 @@ class SqlStore:
     def update_relative_change(self, updates: Sequence[tuple[int, str]]) -> None:
         history_tables.update_relative_change(self, updates)
 
+    def relative_changes(self, row_ids: Sequence[int]) -> dict[int, str]:
+        """The stored ``relative_change`` of each of these rows ('' for an empty cell)."""
+        found: dict[int, str] = {}
+        for start in range(0, len(row_ids), _BATCH):
+            chunk = row_ids[start:start + _BATCH]
+            marks = ", ".join("?" for _ in chunk)
+            found.update((int(i), _text(text)) for i, text in
+                         self._execute(f"SELECT id, relative_change FROM {{t}} WHERE id IN ({marks})", chunk))
+        return found
+
     def log_triage(self, alert: Alert) -> None:
         history_tables.log_triage(self, alert)
 
@@ -460,12 +476,15 @@ class SqlStore:
         tables = summary.names(self.table)
         return history_tables.behind(self, tables[0]) if tables else []
 
-    def absorb(self, mark: int) -> None:
-        """Bring the summary tables up to date with the rows after ``mark`` (this import's)."""
+    def absorb(self, mark: int, tally: summary.Tally | None = None) -> None:
+        """Bring the summary tables up to date with the rows after ``mark`` (this import's; ``tally``:
+        their aggregates, counted as they were written)."""
         if self._summaries is None:
             self._summaries = summary.present(self)
         if self._summaries:
-            summary.absorb(self, mark)
+            # MySQL's GROUP BY compares text by its collation (case, trailing spaces): only SQLite's
+            # compares it as the tally does
+            summary.absorb(self, mark, tally if self.dialect is SQLITE else None)
 
     def fetch_history(self, models: Sequence[str] = ()) -> list[dict[str, str]]:
         """The SUCCESS rows (``HISTORY_COLUMNS``) of every identity, or of ``models``, in insertion order.

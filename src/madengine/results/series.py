@@ -20,7 +20,7 @@ from madengine.results.columns import Status
 from madengine.results.direction import lower_is_better
 from madengine.results.figures import with_figures
 from madengine.results.identity import ResultIdentity
-from madengine.results.samples import row_samples
+from madengine.results.samples import parse_samples, row_samples
 from madengine.stats.changepoint import ChangePoint, detect
 from madengine.stats.summary import Summary
 
@@ -91,15 +91,22 @@ def _side(run: Point, summary: Summary) -> dict[str, Any]:
 def numbered_points(numbered: Iterable[tuple[int, Mapping[str, str]]]) -> list[Point]:
     """The points of one identity's (row number, row) pairs: the number orders runs without start
     times and names runs with neither run id nor start time (``#number+1``)."""
+    return points_of(_entry(number, row) for number, row in numbered
+                     if (row.get("status") or "").strip().upper() == Status.SUCCESS)
+
+
+def _entry(number: int, row: Mapping[str, str]) -> tuple[int, str, str, list[float]]:
+    started = (row.get("started_at") or "").strip()
+    return number, (row.get("run_id") or "").strip() or started or f"#{number + 1}", started, _figures(row)
+
+
+def points_of(entries: Iterable[tuple[int, str, str, list[float]]]) -> list[Point]:
+    """The points of one identity's SUCCESS rows, each given as (row number, run, start time, its
+    figures): the rows of one run make one point (rows without figures none), in time order."""
     points: dict[str, Point] = {}
-    for number, row in numbered:
-        if (row.get("status") or "").strip().upper() != Status.SUCCESS:
-            continue
-        values = _figures(row)
+    for number, run, started, values in entries:
         if not values:
             continue
-        started = (row.get("started_at") or "").strip()
-        run = (row.get("run_id") or "").strip() or started or f"#{number + 1}"
         point = points.get(run)
         if point is None:
             points[run] = Point(run, started, list(values), number)
@@ -111,14 +118,23 @@ def numbered_points(numbered: Iterable[tuple[int, Mapping[str, str]]]) -> list[P
 
 
 def _figures(row: Mapping[str, str]) -> list[float]:
-    """``row_samples``, with the common case (no ``perf_samples``, a plain number) made cheap."""
-    if not row.get("perf_samples"):
+    return figures_of(row.get("perf_samples") or "", row.get("performance") or "")
+
+
+def figures_of(perf_samples: str, performance: str) -> list[float]:
+    """A row's figures: ``row_samples`` of its ``perf_samples`` and ``performance`` cells, with the
+    common case (no ``perf_samples``, a plain number) made cheap."""
+    if perf_samples:
         try:
-            value = float(row.get("performance") or "")
-        except (TypeError, ValueError, OverflowError):
-            return row_samples(row)
-        return [value] if math.isfinite(value) else []
-    return row_samples(row)
+            values = parse_samples(perf_samples)
+        except ValueError:
+            values = []  # as row_samples reads a malformed cell: the performance instead
+        return values or row_samples({"performance": performance})
+    try:
+        value = float(performance)
+    except (TypeError, ValueError, OverflowError):
+        return row_samples({"performance": performance})
+    return [value] if math.isfinite(value) else []
 
 
 def series_from_rows(rows: Iterable[Mapping[str, str]]) -> dict[ResultIdentity, list[Point]]:
@@ -138,10 +154,12 @@ def in_time_order(points: list[Point]) -> list[Point]:
     return sorted(points, key=lambda p: p.order)
 
 
-def changes_of(identity: ResultIdentity, points: Sequence[Point], offset: int = 0, extra_left: int = 0) -> list[Change]:
+def changes_of(identity: ResultIdentity, points: Sequence[Point], offset: int = 0, extra_left: int = 0,
+               values: Sequence[float] | None = None) -> list[Change]:
     """The detected changes of one identity's series (``offset``: where ``points`` start in it;
-    ``extra_left``: runs of the same segment before them, see :func:`madengine.stats.changepoint.detect`)."""
-    found = detect([p.value for p in points], extra_left=extra_left)
+    ``extra_left``: runs of the same segment before them, see :func:`madengine.stats.changepoint.detect`;
+    ``values``: the points' values when the caller has them)."""
+    found = detect([p.value for p in points] if values is None else list(values), extra_left=extra_left)
     lower = lower_is_better(identity.metric)
     return [Change(identity, lower, cp.index + offset, dataclasses.replace(cp, index=cp.index + offset),
                    points[cp.index - 1], points[cp.index], k == len(found) - 1)

@@ -1,0 +1,100 @@
+"""The rows one import wrote, kept for its series pass, instead of read back from the table.
+
+The series pass (:func:`madengine.database.series.advance`) needs a few cells of each new row: its
+status, figure, samples, run and start time. Read back from a million-row table, a query per series,
+they cost 3.5 s of CPU (random reads of 1 KB rows for 100 bytes each). The import has every one of
+them in hand as it writes the row, so :class:`KeptRows` keeps them, packed in arrays in the order
+the rows were written (about 75 bytes a row: 71 MB at a million realistic rows, where Python
+objects would take 470), each row linked to the next one of its series, and hands each series its
+:class:`~madengine.database.series.SeriesRow` list when its turn comes.
+
+The ``relative_change`` a SUCCESS row was written with is not kept (``None``: the series pass looks
+up the few cells it would correct); every other row was written with an empty one.
+
+Row ``k`` (from 0) of the import has the id ``first_id + k``: the import is the table's only writer,
+and its rows get the ids after the table's newest one, in the order they are inserted. The importer
+uses the kept rows only when the store confirms that numbering (every row inserted, the newest id
+where the count says: ``store.numbered``); otherwise it reads the rows back (MongoDB always: its
+``seq`` is a clock reading).
+"""
+
+from __future__ import annotations
+
+import array
+import math
+from typing import Sequence
+
+from madengine.database.series import SeriesRow
+
+_NONE = math.nan  #: the figure of a row without one (figures are finite)
+_LAST = 0  #: the link of a series' last row (no row links to the first one)
+_SUCCESS = ord("S")  #: the code of a SUCCESS row (written with a relative_change)
+_EMPTY = ord("s")  #: the code of a SUCCESS row written with an empty relative_change
+
+
+class KeptRows:
+    """The rows of one import (see the module docstring); ``valid`` turns False when a row cannot
+    be kept as it is (the importer then reads the rows back)."""
+
+    def __init__(self, first_id: int) -> None:
+        self.first_id = first_id
+        self.valid = True
+        self._series: dict[str, list[int]] = {}  # series -> [its first row, its last row]
+        self._next = array.array("I")  # each row's next row of its series (_LAST: none)
+        self._codes = bytearray()  # each row's status code (_EMPTY: "S", written without relative_change)
+        self._figures = array.array("d")
+        self._samples = array.array("d")  # every row's samples, one row after another
+        self._sample_ends = array.array("I")  # where each row's samples end in _samples
+        self._runs = array.array("I")  # each row's run id: its number in _run_names
+        self._starts = bytearray()  # start times, UTF-8, one row after another
+        self._start_ends = array.array("I")
+        self._run_numbers: dict[str, int] = {"": 0}
+        self._run_names = [""]
+
+    def add(self, group: str, code: str, figure: float | None, samples: Sequence[float], run_id: str, started: str,
+            relative_change: str) -> None:
+        """The next row, of series ``group``: its status code, figure, samples (those of a SUCCESS
+        row), run id and start time, as :class:`SeriesRow` holds them, and the ``relative_change``
+        it was written with."""
+        if samples and type(samples[0]) is not float:
+            self.valid = False  # a figure that keeps its text (results.parsing.Figure): read back
+        run_id, started = run_id.strip(), started.strip()
+        row = len(self._codes)
+        ends = self._series.get(group)
+        if ends is None:
+            self._series[group] = [row, row]
+        else:
+            self._next[ends[1]] = row
+            ends[1] = row
+        self._next.append(_LAST)
+        self._codes.append(_EMPTY if code == "S" and not relative_change else ord(code))
+        self._figures.append(_NONE if figure is None else figure)
+        self._samples.extend(samples)
+        self._sample_ends.append(len(self._samples))
+        run = self._run_numbers.get(run_id)
+        if run is None:
+            run = self._run_numbers[run_id] = len(self._run_names)
+            self._run_names.append(run_id)
+        self._runs.append(run)
+        self._starts += started.encode()
+        self._start_ends.append(len(self._starts))
+
+    def take(self, groups: Sequence[str]) -> dict[str, list[SeriesRow]]:
+        """The rows of each of ``groups`` that has some (a series is taken once)."""
+        return {group: self._rows(self._series.pop(group)[0]) for group in groups if group in self._series}
+
+    def _rows(self, row: int) -> list[SeriesRow]:
+        codes, figures, samples, sample_ends, names, runs = self._codes, self._figures, self._samples, \
+            self._sample_ends, self._run_names, self._runs
+        starts, start_ends, following, first_id = self._starts, self._start_ends, self._next, self.first_id
+        rows = []
+        while True:
+            row_id, code, figure = first_id + row, codes[row], figures[row]
+            started = starts[start_ends[row - 1] if row else 0:start_ends[row]].decode()
+            rows.append(SeriesRow(row_id, "S" if code == _EMPTY else chr(code), None if figure != figure else figure,
+                                  samples[sample_ends[row - 1] if row else 0:sample_ends[row]].tolist(),
+                                  names[runs[row]] or started or f"#{row_id + 1}", started,
+                                  None if code == _SUCCESS else ""))
+            row = following[row]
+            if row == _LAST:
+                return rows
