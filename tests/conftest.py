@@ -77,6 +77,16 @@ def require_service(name: str, available: bool, how: str) -> None:
     pytest.skip(message)  # only off CI: under CI=true the line above fails instead
 
 
+def require_module(name: str):
+    """The module ``name``: skipped without it (laptop), a failure under CI=true (the lock installs it)."""
+    try:
+        return pytest.importorskip(name)
+    except pytest.skip.Exception as missing:
+        if IN_CI:
+            pytest.fail(f"CI=true: Python module {name} is not installed ({missing}); the lock must provide it")
+        raise
+
+
 @pytest.fixture(scope="session")
 def pyt_wheels():
     """The wheels of the torch image's build context, docker/pyt (a no-op when they are there)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI, require_service
+from conftest import IN_CI, require_module, require_service
 from test_bench_harness import build_mlp, save_model
 
 from madengine.bench import backends
@@ -215,7 +215,7 @@ def bf16_by_default(monkeypatch):
     """OpenVINO made to pick bf16 by default on this machine, as it does on any CPU with bf16: every
     ``openvino.Core`` gets the CPU's INFERENCE_PRECISION_HINT set to bf16 before madengine compiles.
     (On a CPU without bf16 instructions OpenVINO keeps f32 here; the test's assertion is the same.)"""
-    openvino = pytest.importorskip("openvino") if not IN_CI else __import__("openvino")
+    openvino = require_module("openvino")
 
     class Bf16Core(openvino.Core):
         def __init__(self, *args, **kwargs):

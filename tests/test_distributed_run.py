@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, require_module
 from madengine.launch import LAUNCHERS
 from madengine.results import read_rows
 
@@ -76,7 +76,7 @@ def test_the_context_block_wins_key_by_key(dist_repo, cli):
 
 @pytest.mark.slow
 def test_torchrun_runs_two_gloo_ranks_on_the_local_executor(dist_repo, cli):
-    pytest.importorskip("torch")
+    require_module("torch")
     result = cli("run", "--tags", "ddp", "--executor", "local", "--keep-model-dir")
     assert result.code == 0, result
     [row] = read_rows(dist_repo / "perf.csv")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, require_module
 from job_helpers import make_torch_repo
 from k8s_standin import StandIn
 from madengine.results import read_rows
@@ -265,7 +265,7 @@ def test_dry_run_writes_the_objects_and_submits_nothing(standin, k8s_repo, cli, 
 @pytest.fixture
 def torch_repo(tmp_path, monkeypatch, docker_cleanup, pyt_wheels):
     """tests/fixtures/torchrun in the repository's torch image, as tests/test_torchrun_jobs.py runs it."""
-    pytest.importorskip("torch")
+    require_module("torch")
     docker_cleanup.append("ci-tr_")
     repo = make_torch_repo(tmp_path / "repo")
     monkeypatch.chdir(repo)

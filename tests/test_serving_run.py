@@ -17,11 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BASE_IMAGE, REPO, require_service, run_process
+from conftest import BASE_IMAGE, REPO, require_module, require_service, run_process
 from test_slurm_run import slurm_cluster  # noqa: F401 (the session's Slurm cluster: a fixture)
 from madengine.results import read_rows
 
-pytest.importorskip("aiohttp")
+require_module("aiohttp")
 pytestmark = pytest.mark.slow
 
 SERVER = Path(__file__).resolve().parent / "serving_server.py"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO, require_service, run_process
+from conftest import FIXTURES, REPO, require_module, require_service, run_process
 from job_helpers import assert_no_marked_process, marked_context, new_mark
 from madengine.results import read_rows
 
@@ -365,7 +365,7 @@ def _job_left(slurm_cluster, row: dict[str, str]) -> str:
 
 
 def test_torchrun_on_two_nodes_is_one_row_with_world_size_two(slurm_repo, slurm_cluster, cli):
-    pytest.importorskip("torch")
+    require_module("torch")
     mark = new_mark()
     result = cli("run", "--tags", "torchjob", "--executor", "slurm", "--partition", "multi",
                  "-c", _torch_context(mark))
@@ -418,7 +418,7 @@ def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, s
 
 
 def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
-    pytest.importorskip("torch")
+    require_module("torch")
     mark = new_mark()
     # 60 s: both nodes' ranks must have started before the timeout, which on a loaded host (the
     # second node's madengine, its torchrun and the rendezvous starting late) took more than 40 s
@@ -441,7 +441,7 @@ def test_a_killed_rank_is_named_first_and_no_node_leaves_its_work_folder(slurm_r
     after SIGTERM) is SIGKILLed by Slurm (KillWait 2 s) before it writes its row: the race node 0
     sometimes lost, now every time. The reason names the killed rank first (before: "node 0: wrote no
     result row" came first), and node 0's work folder is not left on disk (before: it was)."""
-    pytest.importorskip("torch")
+    require_module("torch")
     mark = new_mark()
     result = cli("run", "--tags", "torchkill", "--executor", "slurm", "--partition", "multi", "--timeout", "120",
                  "-c", _torch_context(mark))
@@ -457,7 +457,7 @@ def test_a_killed_rank_is_named_first_and_no_node_leaves_its_work_folder(slurm_r
 
 def test_cancelling_a_multi_node_job_leaves_no_rank_and_no_step_behind(slurm_repo, slurm_cluster, cli):
     """What Ctrl-C of the submitting madengine does (scancel) while a rank hangs on the second node."""
-    pytest.importorskip("torch")
+    require_module("torch")
     mark = new_mark()
     submitted = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--no-wait",
                     "-c", _torch_context(mark))

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_process
+from conftest import require_module, run_process
 from job_helpers import assert_no_marked_process, make_torch_repo, marked_context, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
-torch = pytest.importorskip("torch")
+torch = require_module("torch")
 IMAGE_PREFIX = "ci-tr_"
 RANK_WORDS = "rank 1 (node 0, local rank 1)"
 
