@@ -62,8 +62,11 @@ def test_the_lock_satisfies_every_range_of_the_package():
             f"the lock's {name}=={locked[name]} does not satisfy pyproject.toml's {requirement}: run scripts/lock.sh")
 
 
-@pytest.mark.skipif(os.environ.get("MADENGINE_UNLOCKED") == "1", reason="scripts/test-latest.sh installs the newest releases on purpose")
-@pytest.mark.skipif(not LOCKED_PLATFORM, reason="the lock covers CPython 3.11 on Linux x86-64 only")
+@pytest.mark.skipif(os.environ.get("MADENGINE_UNLOCKED") == "1",
+                    reason="scripts/test-latest.sh installs the newest releases on purpose "
+                           "(CI installs the lock: never set there)")
+@pytest.mark.skipif(not LOCKED_PLATFORM,
+                    reason="the lock covers CPython 3.11 on Linux x86-64 only (the platform CI runs on)")
 def test_installed_versions_are_the_locked_ones():
     """What `pip freeze` would show, for the locked set: scripts/install.sh installed exactly the lock."""
     different = {}

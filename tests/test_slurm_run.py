@@ -417,15 +417,21 @@ def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, s
                     docker_client.images.remove(tag, force=True)
 
 
-def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
+def _failed_two_node_torch_job(cli, repo: Path, tag: str, timeout: str, mark: str) -> dict:
+    """The one row of ``run --tags TAG`` on the 2-node partition, which must exit 1."""
     require_module("torch")
+    result = cli("run", "--tags", tag, "--executor", "slurm", "--partition", "multi", "--timeout", timeout,
+                 "-c", _torch_context(mark))
+    assert result.code == 1, result
+    [row] = read_rows(repo / "perf.csv")
+    return row
+
+
+def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
     mark = new_mark()
     # 60 s: both nodes' ranks must have started before the timeout, which on a loaded host (the
     # second node's madengine, its torchrun and the rendezvous starting late) took more than 40 s
-    result = cli("run", "--tags", "torchhang", "--executor", "slurm", "--partition", "multi", "--timeout", "60",
-                 "-c", _torch_context(mark))
-    assert result.code == 1, result
-    [row] = read_rows(slurm_repo / "perf.csv")
+    row = _failed_two_node_torch_job(cli, slurm_repo, "torchhang", "60", mark)
     assert row["status"] == "FAILURE" and row["world_size"] == "2"
     # node 1's own timeout names its hung rank; or node 0's came first (its rank had finished) and
     # Slurm ended node 1, whose reason names the rank still running then: node 1 comes first either way
@@ -441,12 +447,8 @@ def test_a_killed_rank_is_named_first_and_no_node_leaves_its_work_folder(slurm_r
     after SIGTERM) is SIGKILLed by Slurm (KillWait 2 s) before it writes its row: the race node 0
     sometimes lost, now every time. The reason names the killed rank first (before: "node 0: wrote no
     result row" came first), and node 0's work folder is not left on disk (before: it was)."""
-    require_module("torch")
     mark = new_mark()
-    result = cli("run", "--tags", "torchkill", "--executor", "slurm", "--partition", "multi", "--timeout", "120",
-                 "-c", _torch_context(mark))
-    assert result.code == 1, result
-    [row] = read_rows(slurm_repo / "perf.csv")
+    row = _failed_two_node_torch_job(cli, slurm_repo, "torchkill", "120", mark)
     assert row["status"] == "FAILURE" and row["model"] == "sl_torch_kill", row
     assert row["reason"].startswith("rank 1 (node 1, local rank 0) was killed by SIGKILL"), row["reason"]
     assert not list(slurm_repo.glob("slurm_results/*/tasks/*/node-*/runs/*/*/work")), \

@@ -186,7 +186,7 @@ def _hanging(repo: Path) -> bool:
 def test_parallel_counts_a_jobs_ranks_and_never_oversubscribes(torch_repo, cli, mark):
     """Two 2-rank jobs with --parallel 2 on 2 CPUs: each needs both CPUs, so they run one at a time."""
     if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs 2 CPUs")
+        pytest.skip("needs 2 CPUs, in CI too: two 2-rank jobs that must share 2 CPUs cannot be made on one")
     models = json.loads((torch_repo / "models.json").read_text())
     second = dict(models[0], name="tr_ddp2")
     (torch_repo / "models.json").write_text(json.dumps(models + [second]))
