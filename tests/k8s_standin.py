@@ -286,7 +286,7 @@ class StandIn:
                     obj["spec"]["suspend"] = True
             stored = self.put(obj, "ADDED")
         if kind == "Job":
-            threading.Thread(target=self._run_job, args=(ns, name), daemon=True).start()
+            threading.Thread(target=self._run_job, args=(ns, name, stored["metadata"]["uid"]), daemon=True).start()
             if queued:
                 threading.Thread(target=self._admit, args=(ns, name), daemon=True).start()
         return 201, stored
@@ -360,8 +360,17 @@ class StandIn:
         threading.Thread(target=self._terminate, args=(ns, name, reason), daemon=True).start()
 
     # -- the job controller --------------------------------------------------------------------------
-    def _run_job(self, ns: str, name: str) -> None:
+    def _run_job(self, ns: str, name: str, uid: str) -> None:
+        """The job controller of one Job (its uid: a Job made again under the same name has its own)."""
+        try:
+            self._control_job(ns, name, uid)
+        except Gone:  # deleted (or replaced) while a pod was being made: the controller stops
+            return
+
+    def _control_job(self, ns: str, name: str, uid: str) -> None:
         job = self.get("Job", ns, name)
+        if job is None or job["metadata"]["uid"] != uid:
+            return
         spec = job["spec"]
         completions = int(spec.get("completions") or 1)
         indexed = spec.get("completionMode") == "Indexed"
@@ -372,7 +381,7 @@ class StandIn:
         running: dict[int, str] = {}
         while not self.closed:
             job = self.get("Job", ns, name)
-            if job is None or job["metadata"].get("deletionTimestamp"):
+            if job is None or job["metadata"]["uid"] != uid or job["metadata"].get("deletionTimestamp"):
                 return
             if job["spec"].get("suspend"):
                 started = None  # the deadline counts from the Job's resumption
@@ -385,7 +394,7 @@ class StandIn:
                         running[index] = self._make_pod(job, index, indexed)
             deadline = spec.get("activeDeadlineSeconds")
             if deadline and time.monotonic() - started > deadline:
-                self._end_job(ns, name, running, "Failed", "DeadlineExceeded", "Job was active longer than "
+                self._end_job(ns, name, uid, running, "Failed", "DeadlineExceeded", "Job was active longer than "
                                                                                   "specified deadline")
                 return
             for index, pod_name in list(running.items()):
@@ -398,7 +407,7 @@ class StandIn:
                     del running[index]
                     action, message = self._policy_action(spec, pod or {}, index)
                     if action == "FailJob":
-                        self._end_job(ns, name, running, "Failed", "PodFailurePolicy", message)
+                        self._end_job(ns, name, uid, running, "Failed", "PodFailurePolicy", message)
                         return
                     if action != "Ignore":
                         failures += 1
@@ -406,24 +415,24 @@ class StandIn:
                         if action == "FailIndex" or (per_index is not None and index_failures[index] > per_index):
                             failed_indexes.add(index)
                             if len(failed_indexes) > int(spec.get("maxFailedIndexes", completions)):
-                                self._end_job(ns, name, running, "Failed", "MaxFailedIndexesExceeded",
+                                self._end_job(ns, name, uid, running, "Failed", "MaxFailedIndexesExceeded",
                                               "Job has exceeded the specified maximal number of failed indexes")
                                 return
                             continue
                         if failures > int(spec.get("backoffLimit", 6)) and per_index is None:
-                            self._end_job(ns, name, running, "Failed", "BackoffLimitExceeded",
+                            self._end_job(ns, name, uid, running, "Failed", "BackoffLimitExceeded",
                                           "Job has reached the specified backoff limit")
                             return
-                    running[index] = self._make_pod(self.get("Job", ns, name), index, indexed)
+                    running[index] = self._make_pod(job, index, indexed)
             if self._success_policy_met(spec, succeeded):
-                self._end_job(ns, name, running, "Complete", "SuccessPolicy", "Matched rules at index 0",
+                self._end_job(ns, name, uid, running, "Complete", "SuccessPolicy", "Matched rules at index 0",
                               success=True)
                 return
             if len(succeeded | failed_indexes) == completions:
                 if failed_indexes:
-                    self._end_job(ns, name, running, "Failed", "FailedIndexes", "Job has failed indexes")
+                    self._end_job(ns, name, uid, running, "Failed", "FailedIndexes", "Job has failed indexes")
                 else:
-                    self._end_job(ns, name, running, "Complete", "", "")
+                    self._end_job(ns, name, uid, running, "Complete", "", "")
                 return
             time.sleep(0.1)
 
@@ -458,25 +467,26 @@ class StandIn:
                 return True
         return False
 
-    def _end_job(self, ns: str, name: str, running: dict[int, str], kind: str, reason: str, message: str,
+    def _end_job(self, ns: str, name: str, uid: str, running: dict[int, str], kind: str, reason: str, message: str,
                  success: bool = False) -> None:
         """The Job's end: its remaining pods stopped (their grace period), then its condition."""
         if success:
-            self._set_conditions(ns, name, [("SuccessCriteriaMet", reason, message)])
+            self._set_conditions(ns, name, uid, [("SuccessCriteriaMet", reason, message)])
         elif kind == "Failed":
-            self._set_conditions(ns, name, [("FailureTarget", reason, message)])
+            self._set_conditions(ns, name, uid, [("FailureTarget", reason, message)])
         stopping = [threading.Thread(target=self._terminate, args=(ns, pod_name), daemon=True)
                     for pod_name in running.values()]
         for thread in stopping:
             thread.start()
         for thread in stopping:
             thread.join()
-        self._set_conditions(ns, name, [(kind, reason, message)], final=True)
+        self._set_conditions(ns, name, uid, [(kind, reason, message)], final=True)
 
-    def _set_conditions(self, ns: str, name: str, conditions: list[tuple[str, str, str]], final: bool = False) -> None:
+    def _set_conditions(self, ns: str, name: str, uid: str, conditions: list[tuple[str, str, str]],
+                        final: bool = False) -> None:
         with self.lock:
             job = self.objects.get(("Job", ns, name))
-            if job is None:
+            if job is None or job["metadata"]["uid"] != uid:
                 return
             status = job.setdefault("status", {})
             status["conditions"] = [c for c in status.get("conditions") or [] if c["type"] not in
@@ -504,7 +514,12 @@ class StandIn:
                             "uid": str(uuid.uuid4()), "creationTimestamp": now(),
                             "ownerReferences": [{"kind": "Job", "name": job_name, "uid": job["metadata"]["uid"]}]},
                "spec": spec, "status": {"phase": "Pending", "conditions": []}}
-        self.put(pod, "ADDED")
+        with self.lock:  # no pod for a Job that is going (or gone and made again): its deletion saw none
+            current = self.objects.get(("Job", ns, job_name))
+            if current is None or current["metadata"]["uid"] != job["metadata"]["uid"] or \
+                    current["metadata"].get("deletionTimestamp"):
+                raise Gone(job_name)
+            self.put(pod, "ADDED")
         threading.Thread(target=self._kubelet, args=(ns, name), daemon=True).start()
         return name
 

@@ -149,8 +149,11 @@ def test_a_rerun_replaces_what_an_earlier_run_left(standin, k8s_repo, cli, tmp_p
             obj["spec"]["template"]["spec"]["containers"][0]["args"] = ["sleep", "600"]
         standin.create(obj["kind"], "default", obj)
     name = standin.names("Job")[0]
+    deadline = time.monotonic() + 60  # the earlier run's pod is running, as a run that died leaves it
+    while not any(p["status"]["phase"] == "Running" for p in standin.pods()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", context(standin, tmp_path))
-    assert result.code == 0, result
+    assert result.code == 0, (result, (k8s_repo / "perf.csv").read_text() if (k8s_repo / "perf.csv").exists() else "")
     assert [r["method"] for r in standin.requests if r["kind"] == "Job" and r["method"] != "GET"] == \
         ["DELETE", "POST", "DELETE"]  # replaced (the old one deleted, the new created), then cleaned up
     assert standin.seen("PUT", "ConfigMap", f"{name}-files")

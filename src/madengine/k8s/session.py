@@ -288,7 +288,8 @@ class K8sSession:
 
     def _refresh(self, run: JobRun) -> None:
         try:
-            items, _ = self.api.list_pods(self.namespace, f"{LABEL_JOB}={run.plan.name}")
+            # this run's pods only: an earlier run's Job of the same name may have left pods going
+            items, _ = self.api.list_pods(self.namespace, f"{LABEL_RUN}={self.run_id},{LABEL_JOB}={run.plan.name}")
         except ServiceError:
             return  # the states the watch gave stand
         for obj in items:
