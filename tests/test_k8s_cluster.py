@@ -139,19 +139,27 @@ def test_a_stop_mid_run_deletes_both_jobs(standin, k8s_repo, tmp_path, stop, cod
     assert_nothing_left(standin)
 
 
-def test_a_rerun_replaces_what_an_earlier_run_left(standin, k8s_repo, cli, tmp_path):
+@pytest.mark.parametrize("left", ["Running", "Pending"])
+def test_a_rerun_replaces_what_an_earlier_run_left(standin, k8s_repo, cli, tmp_path, left):
+    """``left``: the earlier run's pod still runs (its image is there), or waits for its image
+    (it goes at once, and the new Job follows within a poll)."""
     import yaml
 
+    if left == "Running":
+        assert cli("build", "--tags", "k8s_ok").code == 0
     first = cli("k8s", "render", "--tags", "k8s_ok", "--output-dir", str(tmp_path / "old"))
     for path in sorted(Path(p) for p in first.stdout.split()):  # what a run that died left behind
         obj = yaml.safe_load(path.read_text())
         if obj["kind"] == "Job":
             obj["spec"]["template"]["spec"]["containers"][0]["args"] = ["sleep", "600"]
+            obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 3  # sleep ignores SIGTERM
         standin.create(obj["kind"], "default", obj)
     name = standin.names("Job")[0]
-    deadline = time.monotonic() + 60  # the earlier run's pod is running, as a run that died leaves it
-    while not any(p["status"]["phase"] == "Running" for p in standin.pods()) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not any(p["status"]["phase"] == left and p["status"].get("containerStatuses") for p in standin.pods()) \
+            and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert [p["status"]["phase"] for p in standin.pods()] == [left]
     result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", context(standin, tmp_path))
     assert result.code == 0, (result, (k8s_repo / "perf.csv").read_text() if (k8s_repo / "perf.csv").exists() else "")
     assert [r["method"] for r in standin.requests if r["kind"] == "Job" and r["method"] != "GET"] == \
@@ -159,6 +167,31 @@ def test_a_rerun_replaces_what_an_earlier_run_left(standin, k8s_repo, cli, tmp_p
     assert standin.seen("PUT", "ConfigMap", f"{name}-files")
     assert rows(k8s_repo)["k8s_ok"]["status"] == "SUCCESS"
     assert_nothing_left(standin)
+
+
+def test_a_job_made_again_under_its_name_is_not_run_by_the_controller_of_the_one_before(standin):
+    """The stand-in's own job controller: one per Job uid. (Before, the controller of a deleted
+    Job, waking after its successor was made, counted its own vanished pod against the new Job
+    and failed it: a rerun's FAILURE that Kubernetes would never give.)"""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "again", "namespace": "default"},
+           "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {}}, "spec": {"containers": [
+               {"name": "model", "image": "madengine-test-absent:1", "args": ["true"]}]}}}}
+    failed = 0
+    for attempt in range(20):
+        standin.create("Job", "default", job)
+        time.sleep(0.05 + attempt % 7 * 0.01)
+        standin.delete("Job", "default", "again", {"propagationPolicy": "Foreground"})
+        while standin.get("Job", "default", "again") is not None:
+            time.sleep(0.001)
+        standin.create("Job", "default", job)
+        time.sleep(0.3)
+        conditions = (standin.get("Job", "default", "again") or {}).get("status", {}).get("conditions") or []
+        failed += any(c["type"] == "Failed" for c in conditions)
+        standin.delete("Job", "default", "again", {"propagationPolicy": "Foreground"})
+        while standin.get("Job", "default", "again") is not None:
+            time.sleep(0.001)
+    assert failed == 0
+    assert standin.names("Pod") == []
 
 
 def test_failures_say_what_kubernetes_and_the_model_said(standin, k8s_repo, cli, tmp_path):
