@@ -369,7 +369,7 @@ class StandIn:
 
     def _control_job(self, ns: str, name: str, uid: str) -> None:
         job = self.get("Job", ns, name)
-        if job is None or job["metadata"]["uid"] != uid:
+        if not self._active(job, uid):
             return
         spec = job["spec"]
         completions = int(spec.get("completions") or 1)
@@ -381,7 +381,7 @@ class StandIn:
         running: dict[int, str] = {}
         while not self.closed:
             job = self.get("Job", ns, name)
-            if job is None or job["metadata"]["uid"] != uid or job["metadata"].get("deletionTimestamp"):
+            if not self._active(job, uid):
                 return
             if job["spec"].get("suspend"):
                 started = None  # the deadline counts from the Job's resumption
@@ -435,6 +435,11 @@ class StandIn:
                     self._end_job(ns, name, uid, running, "Complete", "", "")
                 return
             time.sleep(0.1)
+
+    @staticmethod
+    def _active(job: dict[str, Any] | None, uid: str) -> bool:
+        """``job`` is the Job of ``uid`` (not another made under its name since) and is not being deleted."""
+        return job is not None and job["metadata"]["uid"] == uid and not job["metadata"].get("deletionTimestamp")
 
     @staticmethod
     def _policy_action(spec: dict[str, Any], pod: dict[str, Any], index: int) -> tuple[str, str]:
@@ -515,9 +520,7 @@ class StandIn:
                             "ownerReferences": [{"kind": "Job", "name": job_name, "uid": job["metadata"]["uid"]}]},
                "spec": spec, "status": {"phase": "Pending", "conditions": []}}
         with self.lock:  # no pod for a Job that is going (or gone and made again): its deletion saw none
-            current = self.objects.get(("Job", ns, job_name))
-            if current is None or current["metadata"]["uid"] != job["metadata"]["uid"] or \
-                    current["metadata"].get("deletionTimestamp"):
+            if not self._active(self.objects.get(("Job", ns, job_name)), job["metadata"]["uid"]):
                 raise Gone(job_name)
             self.put(pod, "ADDED")
         threading.Thread(target=self._kubelet, args=(ns, name), daemon=True).start()

@@ -169,6 +169,15 @@ def test_a_rerun_replaces_what_an_earlier_run_left(standin, k8s_repo, cli, tmp_p
     assert_nothing_left(standin)
 
 
+def delete_and_wait(standin: StandIn, job: str) -> None:
+    """Delete a Job as madengine does (Foreground) and wait until it is gone (its pods first)."""
+    standin.delete("Job", "default", job, {"propagationPolicy": "Foreground"})
+    deadline = time.monotonic() + 30
+    while standin.get("Job", "default", job) is not None:
+        assert time.monotonic() < deadline, f"the Job {job} was not gone within 30 s"
+        time.sleep(0.001)
+
+
 def test_a_job_made_again_under_its_name_is_not_run_by_the_controller_of_the_one_before(standin):
     """The stand-in's own job controller: one per Job uid. (Before, the controller of a deleted
     Job, waking after its successor was made, counted its own vanished pod against the new Job
@@ -180,16 +189,12 @@ def test_a_job_made_again_under_its_name_is_not_run_by_the_controller_of_the_one
     for attempt in range(20):
         standin.create("Job", "default", job)
         time.sleep(0.05 + attempt % 7 * 0.01)
-        standin.delete("Job", "default", "again", {"propagationPolicy": "Foreground"})
-        while standin.get("Job", "default", "again") is not None:
-            time.sleep(0.001)
+        delete_and_wait(standin, "again")
         standin.create("Job", "default", job)
         time.sleep(0.3)
         conditions = (standin.get("Job", "default", "again") or {}).get("status", {}).get("conditions") or []
         failed += any(c["type"] == "Failed" for c in conditions)
-        standin.delete("Job", "default", "again", {"propagationPolicy": "Foreground"})
-        while standin.get("Job", "default", "again") is not None:
-            time.sleep(0.001)
+        delete_and_wait(standin, "again")
     assert failed == 0
     assert standin.names("Pod") == []
 
