@@ -104,6 +104,18 @@ class CliResult:
         return f"CliResult(code={self.code}, stdout={self.stdout[-2000:]!r}, stderr={self.stderr[-4000:]!r})"
 
 
+def run_record(repo: Path, log_lines: int = 60) -> str:
+    """What a run under ``repo`` left, for a failed assertion's message: perf.csv whole and the
+    last ``log_lines`` lines of every model's run.log (a CI failure must say why on its own)."""
+    parts = []
+    perf = repo / "perf.csv"
+    parts.append(perf.read_text() if perf.exists() else "(no perf.csv)")
+    for log in sorted(repo.glob("madengine_runs/*/*/run.log")):
+        tail = log.read_text(errors="replace").splitlines()[-log_lines:]
+        parts.append(f"--- {log.relative_to(repo)} (last {len(tail)} lines)\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
 def quiet_host() -> float:
     """The load reader of in-process runs: a quiet host (no runnable task but madengine's). A row's
     load columns and its busy-host note follow the machine the suite runs on (CI's own load, other

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, require_module
+from conftest import FIXTURES, require_module, run_record
 from madengine.launch import LAUNCHERS
 from madengine.results import read_rows
 
@@ -78,7 +78,7 @@ def test_the_context_block_wins_key_by_key(dist_repo, cli):
 def test_torchrun_runs_two_gloo_ranks_on_the_local_executor(dist_repo, cli):
     require_module("torch")
     result = cli("run", "--tags", "ddp", "--executor", "local", "--keep-model-dir")
-    assert result.code == 0, result
+    assert result.code == 0, f"{result}\n{run_record(dist_repo)}"
     [row] = read_rows(dist_repo / "perf.csv")
     assert row["status"] == "SUCCESS" and row["metric"] == "samples_per_second" and float(row["performance"]) > 0
     log = Path(next(a for a in row["artifacts"].split(",") if a.endswith("run.log"))).read_text()
