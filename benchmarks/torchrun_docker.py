@@ -36,7 +36,7 @@ JOB_SECONDS = float(os.environ.get("JOB_SECONDS", "30"))
 IMAGE = "ci-bench_ddp_pyt"
 TARGET = 1.05
 SCRIPT = '''"""A fixed amount of data-parallel work: matrix products, then an all-reduce, per iteration."""
-import argparse, time
+import argparse, os, sys, time
 import torch
 import torch.distributed as dist
 
@@ -57,6 +57,8 @@ if dist.get_rank() == 0:
     print(f"performance: {args.iterations * dist.get_world_size() / elapsed:.3f} iterations_per_second", flush=True)
 dist.barrier()
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # no interpreter teardown: torch's threads can abort a finished rank there (SIGABRT)
 '''
 
 
