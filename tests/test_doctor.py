@@ -329,3 +329,19 @@ def test_a_collective_past_its_time_is_ended_whole():
     assert time.monotonic() - before < 30
     leftovers = subprocess.run(["pgrep", "-f", "MAD_DOCTOR_RESULT"], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_one_rank_reports_no_bandwidth(monkeypatch, ranks):
+    """One rank's all_reduce moves nothing between GPUs: the H200 smoke test printed 9050 GB/s for it,
+    twice what its memory can do. No GPU here: the ranks' outcome stands in for NCCL's."""
+    monkeypatch.setattr(torchcheck, "_run_ranks", lambda *args: {"seconds": 0.001})
+    found = {"torch": "2.11", "count": ranks, "nccl": True, "names": ["NVIDIA H200"] * ranks}
+    facts = torchcheck.TorchFacts(checks.passed("pytorch", ""), sys.executable, found)
+    check = torchcheck.run_collective(facts, {}, timeout=10)
+    assert check.status == checks.PASS
+    if ranks == 1:
+        assert "GB/s" not in check.summary and "no bandwidth to measure" in check.summary
+        assert check.data["algbw_gbps"] is None and check.data["busbw_gbps"] is None
+    else:
+        assert "bus bandwidth 268.44 GB/s (algorithm 268.44 GB/s)" in check.summary
