@@ -394,6 +394,41 @@ def test_flat_short_constant_and_extreme_series_have_no_false_changes():
         changepoint.detect([1.0, math.inf, 2.0])
 
 
+def _unscreened_changes(xs, **options):
+    """change_indexes as it was before the screen of _may_split: every segment searched."""
+    screen = changepoint._may_split
+    changepoint._may_split = lambda *args: True
+    try:
+        return changepoint.change_indexes(xs, **options)
+    finally:
+        changepoint._may_split = screen
+
+
+def test_the_screen_of_segments_changes_no_answer_near_the_threshold():
+    """Steps of 0.3 to 2 standard deviations, series of 8 to 160 runs (one window, several, the whole
+    series), earlier values (extra_left): the borderline cases where a rounding error would show."""
+    rng = random.Random(36)
+    found = 0
+    for _ in range(600):
+        n = rng.randint(8, 160)
+        step, at = rng.uniform(0.3, 2.0) * rng.choice((1, -1)), rng.randint(1, n - 1)
+        xs = [rng.gauss(100, 1) + (step if i >= at else 0) for i in range(n)]
+        extra_left = rng.choice((0, 0, 5, 400))
+        expected = _unscreened_changes(xs, extra_left=extra_left)
+        assert changepoint.change_indexes(xs, extra_left=extra_left) == expected, (xs, extra_left)
+        found += bool(expected)
+    assert 100 < found < 550  # the sweep straddles the threshold: many series with a change, many without
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.one_of(st.floats(min_value=-1e6, max_value=1e6), st.sampled_from(EXTREMES)), min_size=6,
+                max_size=80),
+       st.integers(min_value=0, max_value=3), st.integers(min_value=0, max_value=100))
+def test_the_screen_of_segments_changes_no_answer(values, min_size_offset, extra_left):
+    options = {"min_size": 3 + min_size_offset, "extra_left": extra_left}
+    assert changepoint.change_indexes(values, **options) == _unscreened_changes(values, **options)
+
+
 # --- perf_samples cells ----------------------------------------------------------------------------
 
 def test_sample_columns_of_a_repeated_result():
