@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from madengine.core.errors import InputError
 from madengine.core.events import Reporter
-from madengine.database import importer, rows as rowlib, update_table
+from madengine.database import importer, rows as rowlib, series, update_table
 from madengine.database.rows import PerfCsv, content_keys
 from madengine.database.sql import SqlStore
 from madengine.stats.changepoint import detect
@@ -197,6 +197,15 @@ def test_relative_change_of_a_series_imported_at_once(tmp_path_factory, base, at
                                          for k, v in enumerate(values)])
     update_table(folder / "perf.csv", f"sqlite:///{folder / 'm.db'}")
     assert [relative(r) for r in db_rows(folder / "m.db")] == expected_relative(values)
+
+
+@settings(max_examples=2000)
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e10, 1e10),
+                 st.decimals(-10**9, 10**9, places=7).map(float)), st.sampled_from((4, 6)))
+def test_the_rounded_figures_of_relative_change_are_what_repr_of_round_writes(value, digits):
+    """The cell's text keeps what earlier releases wrote (``json.dumps`` of ``round``) on the fast path
+    too: every magnitude, and decimals one place past the rounding (ties)."""
+    assert series.rounded_text(value, digits) == repr(round(value, digits))
 
 
 def test_rows_of_earlier_imports_are_never_rewritten(workdir):

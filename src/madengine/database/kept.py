@@ -21,8 +21,9 @@ where the count says: ``store.numbered``); otherwise it reads the rows back (Mon
 from __future__ import annotations
 
 import array
+import itertools
 import math
-from typing import Sequence
+from typing import Iterator, Sequence, Sized
 
 from madengine.database.series import SeriesRow
 
@@ -51,33 +52,44 @@ class KeptRows:
         self._run_numbers: dict[str, int] = {"": 0}
         self._run_names = [""]
 
-    def add(self, group: str, code: str, figure: float | None, samples: Sequence[float], run_id: str, started: str,
-            relative_change: str) -> None:
-        """The next row, of series ``group``: its status code, figure, samples (those of a SUCCESS
-        row), run id and start time, as :class:`SeriesRow` holds them, and the ``relative_change``
-        it was written with."""
-        if samples and type(samples[0]) is not float:
+    def extend(self, groups: Sequence[str], codes: Sequence[str], figures: Sequence[float | None],
+               samples: Sequence[Sequence[float]], run_ids: Sequence[str], starts: Sequence[str],
+               relative_changes: Sequence[str]) -> None:
+        """The next rows, one per item of each argument: its series, status code, figure, samples
+        (those of a SUCCESS row), run id and start time, as :class:`SeriesRow` holds them, and the
+        ``relative_change`` it was written with. Each array is extended in C, once a batch: only the
+        links between a series' rows take a Python step a row."""
+        if any(values and type(values[0]) is not float for values in samples):
             self.valid = False  # a figure that keeps its text (results.parsing.Figure): read back
-        run_id, started = run_id.strip(), started.strip()
-        row = len(self._codes)
-        ends = self._series.get(group)
-        if ends is None:
-            self._series[group] = [row, row]
-        else:
-            self._next[ends[1]] = row
-            ends[1] = row
-        self._next.append(_LAST)
-        self._codes.append(_EMPTY if code == "S" and not relative_change else ord(code))
-        self._figures.append(_NONE if figure is None else figure)
-        self._samples.extend(samples)
-        self._sample_ends.append(len(self._samples))
-        run = self._run_numbers.get(run_id)
-        if run is None:
-            run = self._run_numbers[run_id] = len(self._run_names)
-            self._run_names.append(run_id)
-        self._runs.append(run)
-        self._starts += started.encode()
-        self._start_ends.append(len(self._starts))
+        first = len(self._codes)
+        self._link(groups, first)
+        self._codes.extend([_EMPTY if code == "S" and not text else ord(code) for code, text in
+                            zip(codes, relative_changes)])
+        self._figures.extend([_NONE if figure is None else figure for figure in figures])
+        self._sample_ends.extend(_ends(len(self._samples), samples))
+        self._samples.extend(itertools.chain.from_iterable(samples))
+        run_ids = list(map(str.strip, run_ids))
+        numbers = self._run_numbers
+        for run_id in dict.fromkeys(run_ids):
+            if run_id not in numbers:
+                numbers[run_id] = len(self._run_names)
+                self._run_names.append(run_id)
+        self._runs.extend(map(numbers.__getitem__, run_ids))
+        encoded = [start.strip().encode() for start in starts]
+        self._start_ends.extend(_ends(len(self._starts), encoded))
+        self._starts += b"".join(encoded)
+
+    def _link(self, groups: Sequence[str], first: int) -> None:
+        """Rows ``first``, ``first + 1``, ... of ``groups``: each one the next of its series' last row."""
+        series, following = self._series, self._next
+        following.extend(itertools.repeat(_LAST, len(groups)))
+        for row, group in enumerate(groups, first):
+            ends = series.get(group)
+            if ends is None:
+                series[group] = [row, row]
+            else:
+                following[ends[1]] = row
+                ends[1] = row
 
     def take(self, groups: Sequence[str]) -> dict[str, list[SeriesRow]]:
         """The rows of each of ``groups`` that has some (a series is taken once)."""
@@ -98,3 +110,8 @@ class KeptRows:
             row = following[row]
             if row == _LAST:
                 return rows
+
+
+def _ends(before: int, parts: Sequence[Sized]) -> Iterator[int]:
+    """Where each of ``parts`` ends once they follow ``before`` items, one after another."""
+    return itertools.islice(itertools.accumulate(map(len, parts), initial=before), 1, None)

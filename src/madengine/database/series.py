@@ -149,7 +149,20 @@ def relative_change_text(value: float, baseline: Sequence[float]) -> str:
     if not math.isfinite(change):
         return ""
     # what json.dumps(sort_keys=True) wrote in earlier releases, many times faster to make
-    return f'{{"baseline_avg": {round(mean, 6)!r}, "pct_change": {round(change, 4)!r}, "sample_count": {len(baseline)}}}'
+    return f'{{"baseline_avg": {rounded_text(mean, 6)}, "pct_change": {rounded_text(change, 4)}, ' \
+           f'"sample_count": {len(baseline)}}}'
+
+
+def rounded_text(value: float, digits: int) -> str:
+    """``repr(round(value, digits))``, from one decimal text where that is the same text (a third of
+    the time; an import writes two a row). Both round the exact binary value to ``digits`` places
+    the same way (``round`` then converts that decimal back to a float); a decimal of at most 15
+    significant digits (``digits`` <= 6 below 1e9) is the shortest text of the float nearest to it,
+    and repr writes it positionally from 1e-4 on."""
+    if not 1e-4 <= abs(value) < 1e9 or digits > 6:
+        return repr(round(value, digits))
+    text = ("%.*f" % (digits, value)).rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def figure(text: str) -> float | None:
@@ -273,6 +286,11 @@ class _Window:
     offset: int
     seen: Sequence[int] | None  #: the change positions the running window knew (None: it cannot be trusted)
     first_new: int  #: the first point the running window computed
+    #: the running window knew every change point (most series: none found or moved): no search a point
+    known_all: bool = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.known_all = self.seen is not None and list(self.seen) == list(self.positions)
 
     def baseline(self, j: int) -> list[float]:
         return _baseline(self.values, self.positions, self.offset, j)
@@ -281,6 +299,8 @@ class _Window:
         """The running window gave point ``j`` this very baseline (no change point it did not know)."""
         if self.seen is None or j < self.first_new:
             return False
+        if self.known_all:
+            return True
         now = bisect.bisect_right(self.positions, j - 1)
         then = bisect.bisect_right(self.seen, j - 1)
         start_now = self.positions[now - 1] if now else 0

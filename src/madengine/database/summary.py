@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 from typing import Any, Iterable, Protocol, Sequence
 
 from madengine.database.rows import IDENTITY_COLUMN
@@ -159,37 +160,41 @@ class Tally:
         self._runs: dict[str, list[Any]] = {}
         self._models: dict[str, int] = {}  # model -> its number
 
-    def add(self, row_id: int, identity_key: str, status: str, run_id: str, model: str, started_at: str,
-            machine_name: str) -> None:
-        """Row ``row_id`` (ids ascending) with these cells, as stored."""
-        count = _COUNTED.get(status, 6)
-        entry = self._identities.get(identity_key)
-        if entry is None:
-            entry = self._identities[identity_key] = [row_id, row_id, 0, 0, 0, 0, 0]
-        entry[1] = row_id
-        entry[2] += 1
-        entry[count] += 1
-        if not run_id:
-            return
-        run = self._runs.get(run_id)
-        if run is None:
-            run = self._runs[run_id] = [row_id, row_id, 0, 0, 0, 0, 0, 0, started_at, machine_name, bytearray()]
-        run[1] = row_id
-        run[2] += 1
-        run[count] += 1
-        number = self._models.get(model)
-        if number is None:
-            number = self._models[model] = len(self._models)
-        seen, at, bit = run[10], number >> 3, 1 << (number & 7)
-        if at >= len(seen):
-            seen.extend(bytes(at + 1 - len(seen)))
-        if not seen[at] & bit:
-            seen[at] |= bit
-            run[7] += 1
-        if started_at and (not run[8] or started_at < run[8]):
-            run[8] = started_at
-        if machine_name > run[9]:
-            run[9] = machine_name
+    def extend(self, first_id: int, identity_keys: Sequence[str], statuses: Sequence[str], run_ids: Sequence[str],
+               models: Sequence[str], starts: Sequence[str], machines: Sequence[str]) -> None:
+        """Rows ``first_id``, ``first_id + 1``, ... (ids ascending) with these cells, as stored, one
+        per item of each argument (one call a batch: the loop's names stay local)."""
+        identities, runs, model_numbers = self._identities, self._runs, self._models
+        counted = map(_COUNTED.get, statuses, itertools.repeat(6))
+        for row_id, identity_key, count, run_id, model, started_at, machine_name in zip(
+                itertools.count(first_id), identity_keys, counted, run_ids, models, starts, machines):
+            entry = identities.get(identity_key)
+            if entry is None:
+                entry = identities[identity_key] = [row_id, row_id, 0, 0, 0, 0, 0]
+            entry[1] = row_id
+            entry[2] += 1
+            entry[count] += 1
+            if not run_id:
+                continue
+            run = runs.get(run_id)
+            if run is None:
+                run = runs[run_id] = [row_id, row_id, 0, 0, 0, 0, 0, 0, started_at, machine_name, bytearray()]
+            run[1] = row_id
+            run[2] += 1
+            run[count] += 1
+            number = model_numbers.get(model)
+            if number is None:
+                number = model_numbers[model] = len(model_numbers)
+            seen, at, bit = run[10], number >> 3, 1 << (number & 7)
+            if at >= len(seen):
+                seen.extend(bytes(at + 1 - len(seen)))
+            if not seen[at] & bit:
+                seen[at] |= bit
+                run[7] += 1
+            if started_at and (not run[8] or started_at < run[8]):
+                run[8] = started_at
+            if machine_name > run[9]:
+                run[9] = machine_name
 
     def identities(self) -> list[tuple[Any, ...]]:
         """(identity key, first id, latest id, rows, successes, failures, skipped), by key."""
