@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, require_module
+from conftest import FIXTURES, require_module, run_record
 from job_helpers import make_torch_repo
 from k8s_standin import StandIn
 from madengine.results import read_rows
@@ -161,7 +161,7 @@ def test_a_rerun_replaces_what_an_earlier_run_left(standin, k8s_repo, cli, tmp_p
         time.sleep(0.1)
     assert [p["status"]["phase"] for p in standin.pods()] == [left]
     result = cli("run", "--tags", "k8s_ok", "--executor", "k8s", "-c", context(standin, tmp_path))
-    assert result.code == 0, (result, (k8s_repo / "perf.csv").read_text() if (k8s_repo / "perf.csv").exists() else "")
+    assert result.code == 0, (result, run_record(k8s_repo))
     assert [r["method"] for r in standin.requests if r["kind"] == "Job" and r["method"] != "GET"] == \
         ["DELETE", "POST", "DELETE"]  # replaced (the old one deleted, the new created), then cleaned up
     assert standin.seen("PUT", "ConfigMap", f"{name}-files")
