@@ -364,12 +364,6 @@ class RunningBaselines:
         for key, values in seeds.items():
             self._recent.setdefault(key, list(values)[-BASELINE_WINDOW:])
 
-    def relative_change(self, group: str, status: str, performance: str) -> str:
-        if status != Status.SUCCESS:
-            return ""
-        value = figure(performance)
-        return "" if value is None else self.after(group, value)
-
     def after(self, group: str, value: float) -> str:
         """The ``relative_change`` of a SUCCESS row of ``group`` with the figure ``value``."""
         recent = self._recent.setdefault(group, [])
