@@ -31,13 +31,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from madengine.database.rows import BASELINE_WINDOW
 from madengine.results.columns import Status
 from madengine.results.direction import lower_is_better
 from madengine.results.identity import ResultIdentity
-from madengine.results.series import Change, Point, changes_of, figures_of, points_of
+from madengine.results.series import (ROW_ORDER, STARTED, TIME_ORDER, Change, Point, changes_of, figures_of,
+                                      points_of)
 from madengine.stats.changepoint import MIN_SEGMENT
 from madengine.stats.history import MAX_HISTORY, judge_latest
 
@@ -60,6 +62,9 @@ class SeriesRow(NamedTuple):
     run: str  #: its run: run id, else start time, else ``#id+1``
     started: str  #: its start time
     relative_change: str | None  #: as stored; None: not at hand (the import looks it up to compare)
+
+
+_ID, _CODE = operator.attrgetter("id"), operator.attrgetter("code")  # of a SeriesRow, in C
 
 
 def status_code(status: str | None) -> str:
@@ -148,21 +153,23 @@ def relative_change_text(value: float, baseline: Sequence[float]) -> str:
     change = (value - mean) / mean * 100 if mean != 0 else math.nan
     if not math.isfinite(change):
         return ""
-    # what json.dumps(sort_keys=True) wrote in earlier releases, many times faster to make
-    return f'{{"baseline_avg": {rounded_text(mean, 6)}, "pct_change": {rounded_text(change, 4)}, ' \
-           f'"sample_count": {len(baseline)}}}'
-
-
-def rounded_text(value: float, digits: int) -> str:
-    """``repr(round(value, digits))``, from one decimal text where that is the same text (a third of
-    the time; an import writes two a row). Both round the exact binary value to ``digits`` places
-    the same way (``round`` then converts that decimal back to a float); a decimal of at most 15
-    significant digits (``digits`` <= 6 below 1e9) is the shortest text of the float nearest to it,
-    and repr writes it positionally from 1e-4 on."""
-    if not 1e-4 <= abs(value) < 1e9 or digits > 6:
-        return repr(round(value, digits))
-    text = ("%.*f" % (digits, value)).rstrip("0")
-    return text + "0" if text.endswith(".") else text
+    # what json.dumps(sort_keys=True) of the rounded figures wrote in earlier releases, many times
+    # faster to make (an import makes a million): repr(round(x, digits)) from one decimal text where
+    # that is the same text. Both round the exact binary value to ``digits`` places the same way
+    # (round then converts that decimal back to a float); a decimal of at most 15 significant digits
+    # (6 places below 1e9) is the shortest text of the float nearest to it, and repr writes it
+    # positionally from 1e-4 on.
+    if 1e-4 <= abs(mean) < 1e9:
+        average = f"{mean:.6f}".rstrip("0")
+        average += "0" if average[-1] == "." else ""
+    else:
+        average = repr(round(mean, 6))
+    if 1e-4 <= abs(change) < 1e9:
+        percent = f"{change:.4f}".rstrip("0")
+        percent += "0" if percent[-1] == "." else ""
+    else:
+        percent = repr(round(change, 4))
+    return f'{{"baseline_avg": {average}, "pct_change": {percent}, "sample_count": {len(baseline)}}}'
 
 
 def figure(text: str) -> float | None:
@@ -172,10 +179,6 @@ def figure(text: str) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return value if math.isfinite(value) else None
-
-
-def _sort_key(point: Point) -> tuple[str, int, str]:
-    return (point.started_at, point.order, point.run)  # results.series.in_time_order
 
 
 def _region(state: SeriesState, new_points: list[Point]) -> tuple[list[Point], bool] | None:
@@ -194,8 +197,8 @@ def _region(state: SeriesState, new_points: list[Point]) -> tuple[list[Point], b
         if point.started_at and (not known.started_at or point.started_at < known.started_at):
             known.started_at = point.started_at
     region = tail + fresh
-    timed = state.timed and all(p.started_at for p in region)
-    region.sort(key=_sort_key if timed else (lambda p: p.order))
+    timed = state.timed and all(map(STARTED, region))
+    region.sort(key=TIME_ORDER if timed else ROW_ORDER)
     starts_before = bool(tail) and region[0] is not tail[0]
     whole_series = state.n_points == len(state.tail)
     if (starts_before or timed != state.timed) and not whole_series:
@@ -251,10 +254,10 @@ def advance(state: SeriesState | None, key: str, new_rows: Sequence[SeriesRow | 
     verdict = judge_latest(values, [c - offset for c in positions if c >= offset],
                            lower_is_better=lower_is_better(identity.metric)) if values else None
     n_points = offset + len(region)
-    codes = "".join(r.code for r in rows)
+    codes = "".join(map(_CODE, rows))
     after = SeriesState(
-        state.key, n_points, state.n_rows + len(rows), max([state.covered, *(r.id for r in rows)]),
-        all(p.started_at for p in region) and (state.timed or whole), region[-TAIL:], positions,
+        state.key, n_points, state.n_rows + len(rows), max(state.covered, max(map(_ID, rows), default=0)),
+        all(map(STARTED, region)) and (state.timed or whole), region[-TAIL:], positions,
         _baseline(values, positions, offset, n_points), (state.statuses + codes)[-STATUS_WINDOW:],
         None if verdict is None else {**verdict.to_json(), "run_id": region[-1].run})
     return Advance(after, changes, cut, updates, whole, unsure)
@@ -318,13 +321,16 @@ def _corrections(rows: Sequence[SeriesRow], region: Sequence[Point],
     success = [r for r in rows if r.code == "S"]
     if window.seen is not None and len({r.run for r in success}) < len(success):
         window.seen = None  # two rows of one run: the running window saw two figures where the series has one
+    # the running window knew every change point: it gave each point it computed its very baseline
+    as_running_all = window.known_all and window.seen is not None
     for row in rows:
         text = ""
         if row.code == "S":
             value = row.performance
             j = at.get(row.run)
             if value is not None and j is not None:
-                if window.as_running(j) and value == window.values[j - window.offset]:
+                if ((as_running_all and j >= window.first_new) or window.as_running(j)) \
+                        and value == window.values[j - window.offset]:
                     continue
                 text = relative_change_text(value, window.baseline(j))
         if row.relative_change is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import shlex
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -148,10 +149,16 @@ def series_from_rows(rows: Iterable[Mapping[str, str]]) -> dict[ResultIdentity, 
     return {identity: points for identity, points in series.items() if points}
 
 
+#: the order of points in time: their start times (runs started in one second: as written)
+TIME_ORDER = operator.attrgetter("started_at", "order", "run")
+ROW_ORDER = operator.attrgetter("order")  #: points without start times: as written
+STARTED = operator.attrgetter("started_at")
+
+
 def in_time_order(points: list[Point]) -> list[Point]:
-    if points and all(p.started_at for p in points):
-        return sorted(points, key=lambda p: (p.started_at, p.order, p.run))  # runs started in one second: as written
-    return sorted(points, key=lambda p: p.order)
+    if points and all(map(STARTED, points)):
+        return sorted(points, key=TIME_ORDER)
+    return sorted(points, key=ROW_ORDER)
 
 
 def changes_of(identity: ResultIdentity, points: Sequence[Point], offset: int = 0, extra_left: int = 0,
