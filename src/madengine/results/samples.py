@@ -41,21 +41,24 @@ def samples_text(samples: Sequence[float]) -> str:
 def parse_samples(text: str) -> list[float]:
     """The numbers of a ``perf_samples`` cell ([] for an empty cell); ``ValueError`` saying what is
     wrong for anything else than a JSON list of finite numbers."""
-    text = (text or "").strip()
-    if not text:
-        return []
     import orjson
 
     try:
-        data = orjson.loads(text)  # several times faster: a million-row import reads every cell
-    except orjson.JSONDecodeError:
-        data = None  # NaN, Infinity or integers beyond 64 bits, which the json module reads (and judges below)
+        # several times faster: a million-row import reads every cell (JSON allows the spaces around it)
+        data = orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError):
+        # an empty cell, or NaN, Infinity or integers beyond 64 bits, which the json module reads (and
+        # judges below)
+        data = None
     else:
         # orjson reads no NaN or infinity: every number is finite (a set's test of a map runs in C)
         if type(data) is list and _FLOATS.issuperset(map(type, data)):
             return data  # a new list already: the common case, copied for nothing before
         if type(data) is list and _PLAIN_NUMBERS.issuperset(map(type, data)):
             return list(map(float, data))
+    text = (text or "").strip()
+    if not text:
+        return []
     if data is None:
         try:
             data = json.loads(text)
