@@ -31,6 +31,7 @@ _NONE = math.nan  #: the figure of a row without one (figures are finite)
 _LAST = 0  #: the link of a series' last row (no row links to the first one)
 _SUCCESS = ord("S")  #: the code of a SUCCESS row (written with a relative_change)
 _EMPTY = ord("s")  #: the code of a SUCCESS row written with an empty relative_change
+_FLOAT = frozenset((float,))  #: the type of every sample a row can keep (a set's test of a map runs in C)
 
 
 class KeptRows:
@@ -59,7 +60,8 @@ class KeptRows:
         (those of a SUCCESS row), run id and start time, as :class:`SeriesRow` holds them, and the
         ``relative_change`` it was written with. Each array is extended in C, once a batch: only the
         links between a series' rows take a Python step a row."""
-        if any(values and type(values[0]) is not float for values in samples):
+        flat = list(itertools.chain.from_iterable(samples))
+        if not _FLOAT.issuperset(map(type, flat)):
             self.valid = False  # a figure that keeps its text (results.parsing.Figure): read back
         first = len(self._codes)
         self._link(groups, first)
@@ -67,7 +69,7 @@ class KeptRows:
                             zip(codes, relative_changes)])
         self._figures.extend([_NONE if figure is None else figure for figure in figures])
         self._sample_ends.extend(_ends(len(self._samples), samples))
-        self._samples.extend(itertools.chain.from_iterable(samples))
+        self._samples.extend(flat)
         run_ids = list(map(str.strip, run_ids))
         numbers = self._run_numbers
         for run_id in dict.fromkeys(run_ids):
@@ -75,9 +77,13 @@ class KeptRows:
                 numbers[run_id] = len(self._run_names)
                 self._run_names.append(run_id)
         self._runs.extend(map(numbers.__getitem__, run_ids))
-        encoded = [start.strip().encode() for start in starts]
-        self._start_ends.extend(_ends(len(self._starts), encoded))
-        self._starts += b"".join(encoded)
+        starts = list(map(str.strip, starts))
+        text = "".join(starts)
+        encoded = text.encode()
+        # ASCII (start times are): a character a byte, the ends of the texts are the ends of their bytes
+        parts: Sequence[Sized] = starts if len(encoded) == len(text) else [start.encode() for start in starts]
+        self._start_ends.extend(_ends(len(self._starts), parts))
+        self._starts += encoded
 
     def _link(self, groups: Sequence[str], first: int) -> None:
         """Rows ``first``, ``first + 1``, ... of ``groups``: each one the next of its series' last row."""
@@ -99,14 +105,15 @@ class KeptRows:
         codes, figures, samples, sample_ends, names, runs = self._codes, self._figures, self._samples, \
             self._sample_ends, self._run_names, self._runs
         starts, start_ends, following, first_id = self._starts, self._start_ends, self._next, self.first_id
-        rows = []
+        rows, new = [], tuple.__new__  # a NamedTuple made in C: its own __new__ is a Python function
         while True:
             row_id, code, figure = first_id + row, codes[row], figures[row]
             started = starts[start_ends[row - 1] if row else 0:start_ends[row]].decode()
-            rows.append(SeriesRow(row_id, "S" if code == _EMPTY else chr(code), None if figure != figure else figure,
-                                  samples[sample_ends[row - 1] if row else 0:sample_ends[row]].tolist(),
-                                  names[runs[row]] or started or f"#{row_id + 1}", started,
-                                  None if code == _SUCCESS else ""))
+            rows.append(new(SeriesRow, (row_id, "S" if code == _EMPTY else chr(code),
+                                        None if figure != figure else figure,
+                                        samples[sample_ends[row - 1] if row else 0:sample_ends[row]].tolist(),
+                                        names[runs[row]] or started or f"#{row_id + 1}", started,
+                                        None if code == _SUCCESS else "")))
             row = following[row]
             if row == _LAST:
                 return rows
