@@ -65,11 +65,12 @@ class ImportRow:
     key: str
     values: list[str]  #: every column of ALL_COLUMNS, in that order ('' when the CSV lacks it)
     extra: dict[str, str]  #: columns perf.csv had beyond ALL_COLUMNS, in CSV order
-    group: GroupKey = ""  #: the row's identity key (``madengine.results.identity``): its series
+    group: GroupKey  #: the row's identity key (``madengine.results.identity``): its series
 
-    def __post_init__(self) -> None:
-        if not self.group:
-            self.group = ResultIdentity.from_row(self.cells).key()
+    @classmethod
+    def of(cls, key: str, values: list[str], extra: dict[str, str]) -> "ImportRow":
+        """The row with the identity its cells give (a perf.csv's rows get theirs from a cache)."""
+        return cls(key, values, extra, ResultIdentity.from_row(dict(zip(ALL_COLUMNS, values))).key())
 
     @property
     def cells(self) -> dict[str, str]:
@@ -119,7 +120,7 @@ def to_import_rows(rows: Sequence[dict[str, str]], seen: dict[bytes, int] | None
     out = []
     for key, row in zip(content_keys(rows, seen), rows):
         extra = {name: value for name, value in row.items() if name not in COLUMN_AT}
-        out += with_figure_rows(ImportRow(key, [row.get(name, "") for name in ALL_COLUMNS], extra))
+        out += with_figure_rows(ImportRow.of(key, [row.get(name, "") for name in ALL_COLUMNS], extra))
     return out
 
 
@@ -133,7 +134,7 @@ def with_figure_rows(row: ImportRow) -> list[ImportRow]:
     if not names:
         return [row]
     cells = {**row.cells, **row.extra}
-    figures = [ImportRow(hashlib.sha256(f"{row.key}#figure:{figure['metric']}".encode()).hexdigest(),
+    figures = [ImportRow.of(hashlib.sha256(f"{row.key}#figure:{figure['metric']}".encode()).hexdigest(),
                          [figure.get(name, "") for name in ALL_COLUMNS],
                          {name: value for name, value in figure.items() if name not in COLUMN_AT})
                for figure in figure_rows(cells, names)]
@@ -251,19 +252,21 @@ def _is_header_line(cells: Sequence[str], model: int, names: frozenset[str]) -> 
 
 class _Occurrences:
     """How many rows with the same content came before each row of a file, counted as the rows come:
-    an open-addressing table of each row's tag (the first 8 bytes of the SHA-256 of its key text:
-    8 bytes a row, never a dict of every row), and the counts of the few tags met more than once."""
+    an open-addressing table of each row's tag (the first 8 bytes of the SHA-256 of its key text,
+    odd: 0 marks a free slot; 8 bytes a row, never a dict of every row), and the counts of the few
+    tags met more than once. A reader may take a tag's free home slot itself (``table``, ``mask``,
+    ``room``: a row with no twin takes no call) and calls :meth:`count` for the others."""
 
     def __init__(self, expected: int) -> None:
         size = 1 << max(10, (2 * expected).bit_length())
-        self._table = array.array("Q", bytes(8 * size))
-        self._mask, self._used = size - 1, 0
+        self.table = array.array("Q", bytes(8 * size))
+        self.mask = size - 1
+        self.room = size // 2  #: tags to take before the table grows (it stays at most half full)
         self._repeats: dict[int, int] = {}
 
     def count(self, tag: int) -> int:
-        """The rows with ``tag`` before this one (this one counted for the next)."""
-        tag |= 1  # 0 marks a free slot
-        table, mask = self._table, self._mask
+        """The rows with ``tag`` (odd) before this one (this one counted for the next)."""
+        table, mask = self.table, self.mask
         slot = tag & mask
         while True:
             found = table[slot]
@@ -275,16 +278,17 @@ class _Occurrences:
                 return seen
             slot = (slot + 1) & mask
         table[slot] = tag
-        self._used += 1
-        if 2 * self._used > mask:
+        self.room -= 1
+        if self.room <= 0:
             self._grow()
         return 0
 
     def _grow(self) -> None:
-        old = self._table
+        old = self.table
         size = 2 * len(old)
-        self._table, self._mask = array.array("Q", bytes(8 * size)), size - 1
-        table, mask = self._table, self._mask
+        self.table, self.mask = array.array("Q", bytes(8 * size)), size - 1
+        self.room += size // 2 - len(old) // 2
+        table, mask = self.table, self.mask
         for tag in filter(None, old):
             slot = tag & mask
             while table[slot]:
@@ -445,8 +449,9 @@ class PerfCsv:
 
         layout, sha256, from_bytes, dumps, compress = self._layout, hashlib.sha256, int.from_bytes, orjson.dumps, \
             itertools.compress
-        keyed, names, fields_of, known, count = layout.keyed, layout.keyed_names, layout.fields, layout.known, \
-            _Occurrences(self.unread_bytes // 1000).count
+        keyed, names, fields_of, known = layout.keyed, layout.keyed_names, layout.fields, layout.known
+        occurrences = _Occurrences(self.unread_bytes // 1000)
+        table, mask = occurrences.table, occurrences.mask
         extra_names, extra = layout.extra_names, layout.extra
         identities: dict[tuple[str, ...], str] = {}
         digest = self._digest or sha256()
@@ -456,7 +461,15 @@ class PerfCsv:
             # _canonical of the row: its non-empty cells by column name (a dict made in sorted order
             # serializes as OPT_SORT_KEYS would sort it)
             text = sha256(dumps(dict(compress(zip(names, chosen), chosen))))
-            text.update(b"\n#%d" % count(from_bytes(text.digest()[:8], "little")))
+            tag = from_bytes(text.digest()[:8], "little") | 1
+            slot = tag & mask
+            if table[slot] or occurrences.room <= 1:  # taken (by a twin?), or the table grows
+                text.update(b"\n#%d" % occurrences.count(tag))
+                table, mask = occurrences.table, occurrences.mask
+            else:  # the first row of its content: a free home slot, most rows
+                table[slot] = tag
+                occurrences.room -= 1
+                text.update(b"\n#0")
             fields = fields_of(cells)
             group = identities.get(fields)
             if group is None:
