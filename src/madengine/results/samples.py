@@ -41,13 +41,15 @@ def samples_text(samples: Sequence[float]) -> str:
 def parse_samples(text: str) -> list[float]:
     """The numbers of a ``perf_samples`` cell ([] for an empty cell); ``ValueError`` saying what is
     wrong for anything else than a JSON list of finite numbers."""
+    if not text:
+        return []  # an empty cell (rows of one figure, failures): no exception to catch
     import orjson
 
     try:
         # several times faster: a million-row import reads every cell (JSON allows the spaces around it)
         data = orjson.loads(text)
     except (orjson.JSONDecodeError, TypeError):
-        # an empty cell, or NaN, Infinity or integers beyond 64 bits, which the json module reads (and
+        # spaces alone, or NaN, Infinity or integers beyond 64 bits, which the json module reads (and
         # judges below)
         data = None
     else:
