@@ -149,10 +149,10 @@ def _insert_batch(store: Store, batch: list[ImportRow], written: _Written, state
     stored = set() if empty else store.existing_keys([row.key for row in batch])  # an empty table has none
     if stored and earlier_through is not None and store.stored_through(sorted(stored), earlier_through):
         raise RepeatsEarlierRow
-    fresh = [row for row in batch if row.key not in stored]
-    unseen = [g for g in dict.fromkeys(row.group for row in fresh) if g not in written.touched]
-    if unseen and states is not None:
-        loaded = store.load_states(unseen)
+    fresh = [row for row in batch if row.key not in stored] if stored else batch
+    if states is not None:  # series met for the first time in this import: their states seed the window
+        unseen = [g for g in dict.fromkeys(row.group for row in fresh) if g not in written.touched]
+        loaded = store.load_states(unseen) if unseen else {}
         states.update(loaded)
         written.baselines.seed({key: state.baseline for key, state in loaded.items()})
     if fresh:
