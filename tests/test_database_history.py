@@ -217,6 +217,15 @@ def test_relative_change_text_is_what_json_dumps_of_round_writes(value, base):
                               sort_keys=True)
 
 
+@settings(max_examples=2000)
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(-1e10, 1e10),
+                 st.decimals(-10**9, 10**9, places=7).map(float)), st.sampled_from((4, 6)))
+def test_the_rounded_figures_of_relative_change_are_what_repr_of_round_writes(value, digits):
+    """The cell's text keeps what earlier releases wrote (``json.dumps`` of ``round``) on the fast path
+    too: every magnitude, and decimals one place past the rounding (ties)."""
+    assert series.rounded_text(value, digits) == repr(round(value, digits))
+
+
 def test_rows_of_earlier_imports_are_never_rewritten(workdir):
     rows = stepped("m", 40, 25)
     write_perf_csv(workdir / "part1.csv", rows[:27])

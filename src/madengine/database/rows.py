@@ -70,7 +70,9 @@ class ImportRow:
     @classmethod
     def of(cls, key: str, values: list[str], extra: dict[str, str]) -> "ImportRow":
         """The row with the identity its cells give (a perf.csv's rows get theirs from a cache)."""
-        return cls(key, values, extra, ResultIdentity.from_row(dict(zip(ALL_COLUMNS, values))).key())
+        row = cls(key, values, extra, "")
+        row.group = ResultIdentity.from_row(row.cells).key()
+        return row
 
     @property
     def cells(self) -> dict[str, str]:

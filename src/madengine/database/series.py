@@ -153,23 +153,25 @@ def relative_change_text(value: float, baseline: Sequence[float]) -> str:
     change = (value - mean) / mean * 100 if mean != 0 else math.nan
     if not math.isfinite(change):
         return ""
-    # what json.dumps(sort_keys=True) of the rounded figures wrote in earlier releases, many times
-    # faster to make (an import makes a million): repr(round(x, digits)) from one decimal text where
-    # that is the same text. Both round the exact binary value to ``digits`` places the same way
-    # (round then converts that decimal back to a float); a decimal of at most 15 significant digits
-    # (6 places below 1e9) is the shortest text of the float nearest to it, and repr writes it
-    # positionally from 1e-4 on.
-    if 1e-4 <= abs(mean) < 1e9:
-        average = f"{mean:.6f}".rstrip("0")
-        average += "0" if average[-1] == "." else ""
-    else:
-        average = repr(round(mean, 6))
-    if 1e-4 <= abs(change) < 1e9:
-        percent = f"{change:.4f}".rstrip("0")
-        percent += "0" if percent[-1] == "." else ""
-    else:
-        percent = repr(round(change, 4))
-    return f'{{"baseline_avg": {average}, "pct_change": {percent}, "sample_count": {len(baseline)}}}'
+    # what json.dumps(sort_keys=True) wrote in earlier releases, many times faster to make
+    return f'{{"baseline_avg": {rounded_text(mean, 6)}, "pct_change": {rounded_text(change, 4)}, ' \
+           f'"sample_count": {len(baseline)}}}'
+
+
+_FIXED = {4: "{:.4f}".format, 6: "{:.6f}".format}  #: the decimal texts rounded_text starts from
+
+
+def rounded_text(value: float, digits: int) -> str:
+    """``repr(round(value, digits))``, from one decimal text where that is the same text (an import
+    writes two a row). Both round the exact binary value to ``digits`` places the same way (``round``
+    then converts that decimal back to a float); a decimal of at most 15 significant digits
+    (``digits`` <= 6 below 1e9) is the shortest text of the float nearest to it, and repr writes it
+    positionally from 1e-4 on."""
+    fixed = _FIXED.get(digits)
+    if fixed is None or not 1e-4 <= abs(value) < 1e9:
+        return repr(round(value, digits))
+    text = fixed(value).rstrip("0")
+    return text + "0" if text[-1] == "." else text
 
 
 def figure(text: str) -> float | None:
@@ -321,16 +323,13 @@ def _corrections(rows: Sequence[SeriesRow], region: Sequence[Point],
     success = [r for r in rows if r.code == "S"]
     if window.seen is not None and len({r.run for r in success}) < len(success):
         window.seen = None  # two rows of one run: the running window saw two figures where the series has one
-    # the running window knew every change point: it gave each point it computed its very baseline
-    as_running_all = window.known_all and window.seen is not None
     for row in rows:
         text = ""
         if row.code == "S":
             value = row.performance
             j = at.get(row.run)
             if value is not None and j is not None:
-                if ((as_running_all and j >= window.first_new) or window.as_running(j)) \
-                        and value == window.values[j - window.offset]:
+                if window.as_running(j) and value == window.values[j - window.offset]:
                     continue
                 text = relative_change_text(value, window.baseline(j))
         if row.relative_change is None:
