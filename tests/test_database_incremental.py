@@ -9,6 +9,7 @@ place is read whole, with one line saying why; a second header line mid-file is 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import random
@@ -121,6 +122,27 @@ def test_appending_a_run_to_a_large_perf_csv_reads_only_that_run(workdir, parsed
     parsed[0] = 0
     again = update_table(workdir / "perf.csv", "sqlite:///m.db")
     assert (again.inserted, again.unread, parsed[0]) == (0, series * (runs + 1), 1)
+
+
+def test_a_perf_csv_is_read_in_large_pieces(workdir, monkeypatch):
+    """Each piece read from the file is a call (and a system call): the text layer's default 8 KB
+    made 120,000 of them for a gigabyte."""
+    write_runs(workdir / "perf.csv", range(60), 100)  # 6,000 rows
+    size = (workdir / "perf.csv").stat().st_size
+    assert size > 8 * rowlib._TEXT_CHUNK
+    reads = [0]
+    real = rowlib._Span.readinto
+
+    def counted(self, buffer):
+        reads[0] += 1
+        return real(self, buffer)
+
+    monkeypatch.setattr(rowlib._Span, "readinto", counted)
+    source = rowlib.PerfCsv(workdir / "perf.csv")
+    assert sum(len(batch) for batch in source.batches()) == 6000
+    assert reads[0] <= size // rowlib._TEXT_CHUNK + 2
+    with open(workdir / "perf.csv", "rb") as handle:
+        assert source.checksum == hashlib.sha256(handle.read()).hexdigest()
 
 
 @given(rows=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 4), st.sampled_from(["r1", "r2", ""])),

@@ -48,6 +48,7 @@ IDENTITY_COLUMN = "identity_key"  #: stored beside the perf.csv columns: ResultI
 ENRICHED_COLUMNS = ("tags", "args", "n_gpus", "training_precision")  # filled from --model-json-path
 BATCH_ROWS = 5000  #: rows an import holds at once
 _READ_CHUNK = 1 << 20  #: bytes read at once for the SHA-256 of what an earlier import read
+_TEXT_CHUNK = 1 << 16  #: bytes a perf.csv is decoded and read at once
 
 GroupKey = str  # ResultIdentity.key()
 
@@ -362,7 +363,10 @@ class PerfCsv:
                 raise InputError("the file changed while it was imported", path=str(self.path),
                                  hint="import it again once the run that writes it has ended")
             self._span = _Span(raw, self.start, self.size, digest)
-            with io.TextIOWrapper(io.BufferedReader(self._span, 1 << 16), encoding="utf-8", newline="") as text:
+            with io.TextIOWrapper(io.BufferedReader(self._span, _TEXT_CHUNK), encoding="utf-8", newline="") as text:
+                # the text layer asks for 8 KB at a time by default, and a buffered reader with nothing
+                # buffered reads straight into it: 120,000 reads (each a call of _Span) a gigabyte
+                text._CHUNK_SIZE = _TEXT_CHUNK
                 yield text
 
     def resume(self, mark: FileMark) -> str:
