@@ -38,7 +38,8 @@ pin=$(sed -n 's/^\(transformers==[^ ]*\).*/\1/p' "$repo/requirements/py311-linux
 
 rm -f "$out"/madengine-*.whl
 echo "gpu-wheels: building madengine's wheel" >&2
-"$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" "$repo" >&2
+# pure Python (setup.py leaves its C part out): a wheel built here installs on the host's Python too
+MADENGINE_PURE_PYTHON=1 "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$out" "$repo" >&2
 wheel=$(ls "$out"/madengine-*.whl)
 echo "gpu-wheels: fetching its dependencies, nvidia-ml-py and ${pin:-transformers} for CPython $version" >&2
 "$py" -m pip download -q --disable-pip-version-check --only-binary=:all: --python-version "$version" \

@@ -23,6 +23,15 @@ if ! have_venv_module; then
   fi
   have_venv_module || { echo "install.sh: $base_python has no venv module; install python3-venv and run again" >&2; exit 2; }
 fi
+# madengine's C part (setup.py: reading a perf.csv into a database) needs a C compiler and the Python
+# headers; without them it installs without it and reads in Python, slower: apt-get them where it can
+headers=$("$base_python" -c 'import os, sysconfig; print(os.path.join(sysconfig.get_paths()["include"], "Python.h"))')
+if { [ ! -e "$headers" ] || ! command -v cc >/dev/null 2>&1; } && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  dev=$("$base_python" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}-dev")')
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev "$dev" >/dev/null; } ||
+    echo "install.sh: could not install gcc and $dev: madengine reads perf.csv files in Python (slower)" >&2
+fi
 # a venv whose interpreter went away (the base Python was upgraded or removed) is made again
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
   rm -rf "$venv"

@@ -38,9 +38,15 @@ def workdir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def parsed(monkeypatch):
-    """How many CSV rows the importer's readers handed out (header lines included), in this process."""
+    """How many CSV rows the importer's readers handed out (header lines included), in this process:
+    lines split by ``_SPLIT_LINE`` (C) and rows read by the csv module."""
     counted = [0]
-    real = rowlib.csv_rows
+    real, real_split = rowlib.csv_rows, rowlib._SPLIT_LINE
+
+    def split(line, limit):
+        cells = real_split(line, limit)
+        counted[0] += cells is not None
+        return cells
 
     class Counting:
         def __init__(self, handle):
@@ -59,6 +65,7 @@ def parsed(monkeypatch):
             return self.reader.line_num
 
     monkeypatch.setattr(rowlib, "csv_rows", Counting)
+    monkeypatch.setattr(rowlib, "_SPLIT_LINE", split)
     return counted
 
 

@@ -13,12 +13,17 @@ A perf.csv only grows between imports (runs append to it): an import remembers w
 file (:class:`FileMark`: its identity, the bytes read and their SHA-256, stored beside the results
 table), and the next import of the same file reads only what was appended since
 (:meth:`PerfCsv.resume`). A file rewritten, truncated or edited in place is read whole again.
+
+Two steps of the reading run in C where the package was built with a C compiler
+(``_fastrows.c``: a plain line split into its cells, and a row's key text); the Python code below
+gives the same results, and does the whole reading where the C part is missing.
 """
 
 from __future__ import annotations
 
 import array
 import contextlib
+import csv
 import dataclasses
 import datetime
 import fcntl
@@ -39,6 +44,12 @@ from madengine.results.figures import FIGURES_COLUMN, figure_rows
 from madengine.results.identity import FIELDS as IDENTITY_FIELDS
 from madengine.results.identity import ResultIdentity
 from madengine.results.perfcsv import csv_input_errors, csv_rows
+
+try:
+    from madengine.database._fastrows import key_text as _c_key_text
+    from madengine.database._fastrows import split_line as _c_split_line
+except ImportError:  # installed without a C compiler: the same cells and keys, made in Python (slower)
+    _c_key_text = _c_split_line = None
 
 _HINT = "pass the perf.csv written by 'madengine run'"
 
@@ -102,6 +113,24 @@ def _canonical(row: dict[str, str]) -> bytes:
                         option=orjson.OPT_SORT_KEYS)
 
 
+def _key_text(names: Sequence[str], cells: Sequence[str]) -> bytes:
+    """:func:`_canonical` of a row given as its cells in the order of their sorted column ``names``
+    (a dict made in sorted order serializes as OPT_SORT_KEYS would sort it). ``_fastrows.key_text``
+    writes the same bytes from the names' JSON texts."""
+    import orjson
+
+    return orjson.dumps(dict(itertools.compress(zip(names, cells), cells)))
+
+
+def _split_line(line: str, limit: int) -> list[str] | None:
+    """Where ``_fastrows.split_line`` is missing: every line is left to the csv module."""
+    return None
+
+
+_KEY_TEXT = _c_key_text or _key_text  #: (the names or their JSON prefixes, cells) -> a row's key text
+_SPLIT_LINE = _c_split_line or _split_line  #: (line, field limit) -> its stripped cells, or None
+
+
 def _key(canonical: bytes, occurrence: int) -> str:
     return hashlib.sha256(canonical + b"\n#" + str(occurrence).encode()).hexdigest()
 
@@ -153,6 +182,12 @@ def _picker(indexes: Sequence[int]) -> Callable[[Sequence[str]], tuple[str, ...]
     return operator.itemgetter(*indexes) if indexes else (lambda cells: ())
 
 
+def _json_name(name: str) -> bytes:
+    import orjson
+
+    return orjson.dumps(name) + b":"
+
+
 class _Layout:
     """Where the cells of a perf.csv's rows go, made once from its header. Every picker reads a row
     padded with one empty cell past the header (``cells[width]``): a column the header lacks, and
@@ -164,6 +199,9 @@ class _Layout:
         blank = at.get("relative_change", -1)
         by_name = sorted(range(width), key=header.__getitem__)
         self.keyed_names = [header[k] for k in by_name]  #: the header, sorted: the content key's order
+        #: what _KEY_TEXT takes for the names: their JSON texts and a colon where it is C's
+        self.key_names: tuple[Any, ...] = tuple(_json_name(name) for name in self.keyed_names) \
+            if _c_key_text is not None else tuple(self.keyed_names)
         #: the cells of the content key, in ``keyed_names`` order (a row's twin-hash too)
         self.keyed = _picker([width if k == blank else k for k in by_name])
         self.fields = _picker([at.get(name, width) for name in IDENTITY_FIELDS])
@@ -416,46 +454,54 @@ class PerfCsv:
 
     def _cells(self, digest: Any = None) -> Iterator[list[str]]:
         """The cells of each row after ``start``, stripped and padded to the header and one more
-        (``_Layout``), each line checked; ``rows``, ``lines`` and ``share`` follow the reading."""
+        (``_Layout``), each line checked; ``rows``, ``lines`` and ``share`` follow the reading. A plain
+        line is split by ``_SPLIT_LINE``; the csv module reads the others (a quoted cell may go on
+        over several lines), strictly (``csv_rows``)."""
         width, model = len(self.header), self.header.index("model")
         names = frozenset((*ALL_COLUMNS, *self.header))
         pad = [""] * (width + 1)
+        split, limit, strip = _SPLIT_LINE, csv.field_size_limit(), str.strip
         self.rows, self.lines = 0, self.lines_before
         with csv_input_errors(self.path), self._read_span(digest) as handle:
-            reader = csv_rows(handle)
-            if not self.start and [name.strip() for name in next(reader, [])] != self.header:
-                raise InputError("the file changed while it was imported", path=str(self.path),
-                                 hint="import it again once the run that writes it has ended")
-            for cells in reader:
+            if not self.start:
+                reader = csv_rows(handle)
+                if [name.strip() for name in next(reader, [])] != self.header:
+                    raise InputError("the file changed while it was imported", path=str(self.path),
+                                     hint="import it again once the run that writes it has ended")
+                self.lines += reader.line_num
+            lines = iter(handle)
+            for line in lines:
+                cells = split(line, limit)
+                if cells is None:
+                    reader = csv_rows(itertools.chain((line,), lines))
+                    cells = list(map(strip, next(reader, [])))
+                    self.lines += reader.line_num
+                else:
+                    self.lines += 1
                 if not cells:
                     continue
                 if model < len(cells) and cells[model] in names and _is_header_line(cells, model, names):
-                    raise self._line_error(reader, " is a second header line: the columns changed mid-file",
+                    raise self._line_error(" is a second header line: the columns changed mid-file",
                                            "split the file at that line and import each part")
                 if len(cells) > width:
-                    raise self._line_error(reader, f" has {len(cells)} cells but the header has {width}",
+                    raise self._line_error(f" has {len(cells)} cells but the header has {width}",
                                            "fix or remove that line (quote cells that hold commas)")
-                cells = list(map(str.strip, cells))
                 if model >= len(cells) or not cells[model]:
-                    raise self._line_error(reader, ": empty 'model' cell", "fix or remove that line")
+                    raise self._line_error(": empty 'model' cell", "fix or remove that line")
                 cells += pad[len(cells):]
                 self.rows += 1
                 yield cells
-            self.lines = self.lines_before + reader.line_num
         self.share = 1.0
 
-    def _line_error(self, reader: Any, what: str, hint: str) -> InputError:
-        return InputError(f"line {self.lines_before + reader.line_num}{what}", path=str(self.path), hint=hint)
+    def _line_error(self, what: str, hint: str) -> InputError:
+        return InputError(f"line {self.lines}{what}", path=str(self.path), hint=hint)
 
     def batches(self, size: int = BATCH_ROWS) -> Iterator[list[ImportRow]]:
         """The rows after ``start``, ``size`` at a time (see the class docstring); ``checksum`` once
         they are all read."""
         self.open()
-        import orjson
-
-        layout, sha256, from_bytes, dumps, compress = self._layout, hashlib.sha256, int.from_bytes, orjson.dumps, \
-            itertools.compress
-        keyed, names, fields_of, known = layout.keyed, layout.keyed_names, layout.fields, layout.known
+        layout, sha256, from_bytes, key_text = self._layout, hashlib.sha256, int.from_bytes, _KEY_TEXT
+        keyed, names, fields_of, known = layout.keyed, layout.key_names, layout.fields, layout.known
         occurrences = _Occurrences(self.unread_bytes // 1000)
         table, mask = occurrences.table, occurrences.mask
         extra_names, extra = layout.extra_names, layout.extra
@@ -463,10 +509,7 @@ class PerfCsv:
         digest = self._digest or sha256()
         batch: list[ImportRow] = []
         for cells in self._cells(digest):
-            chosen = keyed(cells)
-            # _canonical of the row: its non-empty cells by column name (a dict made in sorted order
-            # serializes as OPT_SORT_KEYS would sort it)
-            text = sha256(dumps(dict(compress(zip(names, chosen), chosen))))
+            text = sha256(key_text(names, keyed(cells)))  # _canonical of the row
             tag = from_bytes(text.digest()[:8], "little") | 1
             slot = tag & mask
             if table[slot] or occurrences.room <= 1:  # taken (by a twin?), or the table grows
