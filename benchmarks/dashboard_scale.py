@@ -43,6 +43,7 @@ import argparse
 import csv
 import dataclasses
 import datetime
+import functools
 import hashlib
 import importlib.util
 import json
@@ -393,8 +394,8 @@ def changes_found(db: Path, n_series: int, n_runs: int) -> tuple[int, int, int, 
 @dataclasses.dataclass
 class Floor:
     """CPU seconds of the work no import of these rows can leave out, each done by a minimal loop in
-    this process with what CPython and SQLite offer: csv reading the file, the content key of every
-    row (its non-empty cells as sorted JSON, SHA-256), SQLite taking the rows through one prepared
+    this process with what CPython, SQLite and madengine's C part offer: splitting the file's lines
+    into cells, the content key of every row (its non-empty cells as sorted JSON, SHA-256), SQLite taking the rows through one prepared
     INSERT into an empty table and building its four indexes after, and the change detection of every
     series (E-divisive over its figures). The import's own work beyond these (checks, occurrence
     numbers, relative_change, the summary tables, the series read back, alerts, verdicts) is the rest
@@ -419,6 +420,11 @@ def measure_floor(perf: Path, work: Path, n_series: int, n_runs: int) -> Floor:
 
     from madengine.stats.changepoint import detect
 
+    try:  # what the import reads with: its C part where it was built, else the csv module and orjson
+        from madengine.database._fastrows import key_text, split_line
+    except ImportError:
+        key_text = split_line = None
+
     floor, clock = Floor(), time.process_time
     db = work / "floor.db"
     db.unlink(missing_ok=True)
@@ -428,6 +434,14 @@ def measure_floor(perf: Path, work: Path, n_series: int, n_runs: int) -> Floor:
         header = next(reader)
         order = sorted(range(len(header)), key=header.__getitem__)
         names, pick = [header[k] for k in order], operator.itemgetter(*order)
+        if split_line is not None:  # every line of these rows is a plain one
+            reader = map(split_line, handle, itertools.repeat(csv.field_size_limit()))
+        if key_text is not None:
+            key_names = tuple(orjson.dumps(name) + b":" for name in names)
+            make_key = functools.partial(key_text, key_names)
+        else:
+            def make_key(cells: tuple[str, ...]) -> bytes:
+                return orjson.dumps(dict(itertools.compress(zip(names, cells), cells)))
         columns = ", ".join(f'"{name}" TEXT' for name in header)
         connection.execute(f"CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, row_key TEXT NOT NULL, "
                            f"created_date TEXT, {columns}, extra_columns TEXT, identity_key TEXT)")
@@ -441,8 +455,7 @@ def measure_floor(perf: Path, work: Path, n_series: int, n_runs: int) -> Floor:
             if not rows:
                 break
             started = clock()
-            keys = [hashlib.sha256(orjson.dumps(dict(itertools.compress(zip(names, cells), cells)))).hexdigest()
-                    for cells in map(pick, rows)]
+            keys = [hashlib.sha256(make_key(cells)).hexdigest() for cells in map(pick, rows)]
             floor.keys += clock() - started
             started = clock()
             connection.executemany(statement, [(key, "", *cells, "", key) for key, cells in zip(keys, rows)])
@@ -740,7 +753,7 @@ def report(m: dict) -> int:
     floor = m["floor"]
     if floor is not None:
         print(f"  the import's floor (its unavoidable parts as minimal loops in one process, CPU s; load "
-              f"{os.getloadavg()[0]:.1f}): csv reading {floor.csv:.1f}, content keys {floor.keys:.1f}, SQLite inserts "
+              f"{os.getloadavg()[0]:.1f}): lines split {floor.csv:.1f}, content keys {floor.keys:.1f}, SQLite inserts "
               f"{floor.insert:.1f} and indexes {floor.indexes:.1f}, change detection {floor.changes:.1f}: "
               f"{floor.total:.1f} s; the import's own work beyond them {imported.cpu - floor.total:.1f} s")
     print(f"  changes: {m['found']} of {len(steps(n))} step series found ({m['placed']} within 2 runs of the step); "
