@@ -39,9 +39,9 @@ def workdir(tmp_path, monkeypatch):
 @pytest.fixture
 def parsed(monkeypatch):
     """How many CSV rows the importer's readers handed out (header lines included), in this process:
-    lines split by ``_SPLIT_LINE`` (C) and rows read by the csv module."""
+    lines split in C and rows read by the csv module."""
     counted = [0]
-    real, real_split = rowlib.csv_rows, rowlib._SPLIT_LINE
+    real, real_split = rowlib.csv_rows, rowlib._c_split_line or rowlib._split_line
 
     def split(line, limit):
         cells = real_split(line, limit)
@@ -65,7 +65,7 @@ def parsed(monkeypatch):
             return self.reader.line_num
 
     monkeypatch.setattr(rowlib, "csv_rows", Counting)
-    monkeypatch.setattr(rowlib, "_SPLIT_LINE", split)
+    monkeypatch.setattr(rowlib, "_c_split_line", split)
     return counted
 
 

@@ -127,10 +127,6 @@ def _split_line(line: str, limit: int) -> list[str] | None:
     return None
 
 
-_KEY_TEXT = _c_key_text or _key_text  #: (the names or their JSON prefixes, cells) -> a row's key text
-_SPLIT_LINE = _c_split_line or _split_line  #: (line, field limit) -> its stripped cells, or None
-
-
 def _key(canonical: bytes, occurrence: int) -> str:
     return hashlib.sha256(canonical + b"\n#" + str(occurrence).encode()).hexdigest()
 
@@ -199,9 +195,8 @@ class _Layout:
         blank = at.get("relative_change", -1)
         by_name = sorted(range(width), key=header.__getitem__)
         self.keyed_names = [header[k] for k in by_name]  #: the header, sorted: the content key's order
-        #: what _KEY_TEXT takes for the names: their JSON texts and a colon where it is C's
-        self.key_names: tuple[Any, ...] = tuple(_json_name(name) for name in self.keyed_names) \
-            if _c_key_text is not None else tuple(self.keyed_names)
+        #: the sorted names as ``_fastrows.key_text`` takes them: each one's JSON text and a colon
+        self.key_prefixes = tuple(map(_json_name, self.keyed_names))
         #: the cells of the content key, in ``keyed_names`` order (a row's twin-hash too)
         self.keyed = _picker([width if k == blank else k for k in by_name])
         self.fields = _picker([at.get(name, width) for name in IDENTITY_FIELDS])
@@ -455,12 +450,12 @@ class PerfCsv:
     def _cells(self, digest: Any = None) -> Iterator[list[str]]:
         """The cells of each row after ``start``, stripped and padded to the header and one more
         (``_Layout``), each line checked; ``rows``, ``lines`` and ``share`` follow the reading. A plain
-        line is split by ``_SPLIT_LINE``; the csv module reads the others (a quoted cell may go on
-        over several lines), strictly (``csv_rows``)."""
+        line is split in C (``_fastrows.split_line``); the csv module reads the others (a quoted cell
+        may go on over several lines) strictly (``csv_rows``), and every line where C is missing."""
         width, model = len(self.header), self.header.index("model")
         names = frozenset((*ALL_COLUMNS, *self.header))
         pad = [""] * (width + 1)
-        split, limit, strip = _SPLIT_LINE, csv.field_size_limit(), str.strip
+        split, limit, strip = _c_split_line or _split_line, csv.field_size_limit(), str.strip
         self.rows, self.lines = 0, self.lines_before
         with csv_input_errors(self.path), self._read_span(digest) as handle:
             if not self.start:
@@ -500,8 +495,10 @@ class PerfCsv:
         """The rows after ``start``, ``size`` at a time (see the class docstring); ``checksum`` once
         they are all read."""
         self.open()
-        layout, sha256, from_bytes, key_text = self._layout, hashlib.sha256, int.from_bytes, _KEY_TEXT
-        keyed, names, fields_of, known = layout.keyed, layout.key_names, layout.fields, layout.known
+        layout, sha256, from_bytes = self._layout, hashlib.sha256, int.from_bytes
+        keyed, fields_of, known = layout.keyed, layout.fields, layout.known
+        key_text, names = (_c_key_text, layout.key_prefixes) if _c_key_text is not None else \
+            (_key_text, layout.keyed_names)
         occurrences = _Occurrences(self.unread_bytes // 1000)
         table, mask = occurrences.table, occurrences.mask
         extra_names, extra = layout.extra_names, layout.extra
