@@ -135,7 +135,7 @@ static PyObject *key_text(PyObject *module, PyObject *const *args, Py_ssize_t na
     char *start = PyBytes_AS_STRING(result), *out = start;
     *out++ = '{';
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t size;
+        Py_ssize_t size;  /* the first pass made each cell's UTF-8 (CPython keeps it): this cannot fail */
         const unsigned char *text = (const unsigned char *)PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(cells, i), &size);
         if (size == 0) {
             continue;
