@@ -216,8 +216,8 @@ static PyObject *split_line(PyObject *module, PyObject *const *args, Py_ssize_t 
     }
     char *unquoted = NULL;  /* the text of a quoted cell with doubled quotes, made once needed */
     Py_ssize_t k = 0;
-    for (;;) {  /* one cell a turn; k: where it starts */
-        if (text[k] != '"') {
+    for (;;) {  /* one cell a turn; k: where it starts (the line's end after a comma: an empty cell) */
+        if (k == size || text[k] != '"') {
             const char *comma = memchr(text + k, ',', (size_t)(size - k));
             Py_ssize_t end = comma ? comma - text : size;
             if (memchr(text + k, '"', (size_t)(end - k)) != NULL) {
@@ -230,12 +230,6 @@ static PyObject *split_line(PyObject *module, PyObject *const *args, Py_ssize_t 
                 break;
             }
             k = end + 1;
-            if (k == size) {  /* a comma ends the line: one more empty cell */
-                if (append_stripped(cells, text, 0) < 0) {
-                    goto failed;
-                }
-                break;
-            }
             continue;
         }
         /* a quoted cell: up to the quote not doubled, then a comma or the line's end */
@@ -282,13 +276,7 @@ static PyObject *split_line(PyObject *module, PyObject *const *args, Py_ssize_t 
         if (k == size) {
             break;
         }
-        k++;
-        if (k == size) {
-            if (append_stripped(cells, text, 0) < 0) {
-                goto failed;
-            }
-            break;
-        }
+        k++;  /* past the comma */
     }
     PyMem_Free(unquoted);
     return cells;
