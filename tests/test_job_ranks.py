@@ -19,7 +19,8 @@ from madengine.context import Context
 from madengine.core.spec import RunSpec, Step
 from madengine.distributed.parallel import Need, ResourcePool, model_need
 from madengine.execution.local import LocalExecutor
-from madengine.execution.proctree import COOKIE_VAR, end_step, new_cookie, running_ranks, step_processes
+from madengine.execution import proctree
+from madengine.execution.proctree import COOKIE_VAR, RankWatch, end_step, new_cookie, running_ranks, step_processes
 from madengine.execution.ranks import collect_rank_logs, failed_rank, still_running, tail_line
 from madengine.execution.streams import LineSink, StepResult
 from madengine.launch import DistributedSpec, NodePlacement, node_launch
@@ -71,6 +72,35 @@ def test_the_ranks_still_running_are_named_by_their_environment():
         end_step(None, cookie, grace=1.0)
     assert all(p.wait(timeout=10) is not None for p in (*ranks, launcher))
 
+
+
+def _wait(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.02)
+
+
+def test_a_rank_ended_by_the_same_stop_is_still_named_by_the_watch(monkeypatch):
+    """Slurm signals every process of its step at once: the hung rank may be gone before madengine
+    acts on its own signal. The watch saw it running just before; once the window has passed, a
+    rank that ended is no longer named."""
+    monkeypatch.setattr(proctree, "WATCH_WINDOW", 1.0)
+    cookie = new_cookie()
+    rank = subprocess.Popen(["sleep", "300"], env={**os.environ, COOKIE_VAR: cookie, "RANK": "1", "LOCAL_RANK": "0"})
+    try:
+        with RankWatch(None, cookie, interval=0.05) as watch:
+            _wait(lambda: watch.ranks_at_stop() == (1,))
+            time.sleep(0.1)  # a look or two after the rank was found
+            rank.kill()  # the stop reaches the rank first
+            rank.wait()
+            assert running_ranks(None, cookie) == ()  # what a look after the stop alone sees
+            assert watch.ranks_at_stop() == (1,)
+            time.sleep(1.2)
+            assert watch.ranks_at_stop() == ()
+    finally:
+        rank.kill()
+        rank.wait()
 
 def _spec(tmp_path: Path, argv: list[str]) -> RunSpec:
     model = Model(name="m", source="models.json")

@@ -15,10 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import require_module, run_process
-from job_helpers import assert_no_marked_process, make_torch_repo, marked_context, new_mark
+from job_helpers import assert_no_marked_process, make_torch_repo, marked_context, marked_processes, new_mark
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slow
@@ -176,6 +177,53 @@ def test_ctrl_c_and_sigterm_end_every_rank(torch_repo, executor, mark, signum):
     assert row["status"] == "FAILURE" and row["reason"].startswith(expected), row["reason"]
     assert_nothing_left(mark, executor, stderr)
 
+
+
+def test_a_stop_that_reaches_every_process_at_once_still_names_the_hung_rank(torch_repo, mark):
+    """What Slurm does to a node's madengine when another node failed (``srun --kill-on-bad-exit``):
+    SIGTERM to every process of its step in one pass, madengine first, its ranks too, so the hung
+    rank may be gone before madengine looks. The reason names it all the same."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-m", "madengine", "run", "--tags", "hangs", "--executor", "local",
+                             "-c", _context(mark)], cwd=torch_repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not _hanging(torch_repo) or len(_ranks(mark)) != 1:  # rank 0 finished, rank 1 hangs
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"no hanging rank alone: {proc.communicate()}")
+            time.sleep(0.3)
+        time.sleep(2.0)  # rank 0 ended well before the stop: it is not named
+        step = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        proc.send_signal(signal.SIGTERM)
+        for process in step:
+            try:
+                process.send_signal(signal.SIGTERM)
+            except psutil.Error:
+                pass
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    row = _row(torch_repo)
+    assert row["status"] == "FAILURE", row
+    assert row["reason"].startswith(f"interrupted by SIGTERM during model; {RANK_WORDS} was still running"), \
+        row["reason"]
+    assert_nothing_left(mark, "local", stderr)
+
+
+def _ranks(mark: str) -> list[int]:
+    """The marked processes that are ranks (RANK and LOCAL_RANK in their environment)."""
+    return [pid for pid in marked_processes(mark) if {"RANK", "LOCAL_RANK"} <= set(_environ(pid))]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        return psutil.Process(pid).environ()
+    except psutil.Error:
+        return {}
 
 def _hanging(repo: Path) -> bool:
     """Rank 1 said it hangs (in its own log file, which it writes unbuffered)."""

@@ -12,6 +12,7 @@ next run or ``madengine clean``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -26,7 +27,7 @@ from madengine.core.spec import RunSpec, Step
 from madengine.execution.executor import ImageInfo, Target
 from madengine.execution.provenance import Probe, ProbeCache, probe_local
 from madengine.execution.plan import local_key
-from madengine.execution.proctree import COOKIE_VAR, end_step, handle, run_cookie, running_ranks
+from madengine.execution.proctree import COOKIE_VAR, RankWatch, end_step, handle, run_cookie, running_ranks
 from madengine.execution.streams import LineSink, StepResult, deadline
 
 _KILL_GRACE = 5.0
@@ -98,18 +99,18 @@ class LocalExecutor:
                                     start_new_session=True)
         except OSError as exc:
             return StepResult(None, 0.0, error=f"cannot start {step.argv[0]}: {exc.strerror}")
-        running = _Running(spec.run_id, proc, cookie)
+        running = _Running(spec.run_id, proc, cookie, watch=spec.launch is not None)
         with self._lock:
             self._running[proc.pid] = running
         # the step ends with its main process: whatever it left in its process group (which may hold
         # the output pipe open) is killed then; _pump never waits on the pipe without end either
         threading.Thread(target=running.end_group_after, name=f"step-{proc.pid}", daemon=True).start()
         try:
-            with deadline(timeout, running.end) as timed_out:
+            with deadline(timeout, running.end) as timed_out, running.watch or contextlib.nullcontext():
                 _pump(proc, sink)
                 proc.wait()
         except KeyboardInterrupt as exc:
-            running.end()
+            running.end(from_outside=True)
             sink.close()
             return StepResult(proc.returncode, time.monotonic() - started, sink.text(), interrupted=exc,
                               ranks_running=running.ranks)
@@ -127,7 +128,7 @@ class LocalExecutor:
     def abort(self, run_id: str) -> None:
         with self._lock:
             steps = [running for running in self._running.values() if running.run_id == run_id]
-        enders = [threading.Thread(target=running.end, daemon=True) for running in steps]
+        enders = [threading.Thread(target=running.end, args=(True,), daemon=True) for running in steps]
         for ender in enders:  # every step at once: each waits its grace period
             ender.start()
         for ender in enders:
@@ -137,20 +138,24 @@ class LocalExecutor:
 class _Running:
     """A step's main process and the cookie of its run; :meth:`end` ends every process of the run."""
 
-    def __init__(self, run_id: str, proc: subprocess.Popen, cookie: str) -> None:
+    def __init__(self, run_id: str, proc: subprocess.Popen, cookie: str, watch: bool) -> None:
         self.run_id = run_id
         self.proc = proc
         self.cookie = cookie
         self.main = handle(proc.pid)  # taken now: the pid may be another process's once this one ended
+        #: the ranks of a distributed job's step, noted while it runs (a stop from outside may end them first)
+        self.watch = RankWatch(self.main, cookie) if watch else None
         #: the ranks still running when the step was ended (named in a timeout's reason)
         self.ranks: tuple[int, ...] = ()
         self._ended = threading.Lock()
 
-    def end(self) -> None:
+    def end(self, from_outside: bool = False) -> None:
         """Timeout, Ctrl-C, SIGTERM, abort: the ranks still running are noted, then every process of
-        the run is ended (SIGTERM, then SIGKILL after the grace period)."""
+        the run is ended (SIGTERM, then SIGKILL after the grace period). A stop from outside
+        (``from_outside``) names the ranks the watch saw running just before it too."""
         if self._ended.acquire(blocking=False):  # the first caller notes the ranks
-            self.ranks = running_ranks(self.main, self.cookie)
+            self.ranks = self.watch.ranks_at_stop() if from_outside and self.watch is not None else \
+                running_ranks(self.main, self.cookie)
         end_step(self.main, self.cookie, _KILL_GRACE)
         try:
             self.proc.wait(timeout=_KILL_GRACE)

@@ -15,13 +15,17 @@ Then SIGTERM to every one, a grace period, SIGKILL to those left, and again unti
 
 The ranks of a distributed job are its processes with ``RANK`` and ``LOCAL_RANK`` in their
 environment (torchrun and DeepSpeed set both for each worker): :func:`running_ranks` says which were
-still running when a step was ended, which names the rank that hung.
+still running when a step was ended, which names the rank that hung. A stop from outside may reach
+the ranks in the same instant it reaches madengine (Slurm signals every process of a job step), so a
+:class:`RankWatch` notes the ranks while the step runs, and a stop names those seen running just before.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 import uuid
 from typing import Iterable
 
@@ -140,11 +144,11 @@ def _rank_of(pid: int) -> tuple[int, int] | None:
     return int(rank), int(local)
 
 
-def running_ranks(root: psutil.Process | int | None, cookie: str) -> tuple[int, ...]:
-    """The global ranks among the step's live processes (a rank's own children count once);
-    call it before the step is ended."""
+def _rank_processes(root: psutil.Process | int | None, cookie: str) -> list[tuple[int, psutil.Process]]:
+    """(global rank, process) of the step's live ranks (a rank's own children, such as data-loader
+    workers, are not ranks)."""
     processes = step_processes(root, cookie)
-    ranks = set()
+    ranks = []
     for pid, process in processes.items():
         found = _rank_of(pid)
         if found is None:
@@ -154,10 +158,81 @@ def running_ranks(root: psutil.Process | int | None, cookie: str) -> tuple[int, 
         except psutil.Error:
             parent = 0
         if parent in processes and _rank_of(parent) == found:
-            continue  # a data-loader worker of the rank, not the rank
-        ranks.add(found[0])
-    return tuple(sorted(ranks))
+            continue
+        ranks.append((found[0], process))
+    return ranks
 
 
-__all__ = ["COOKIE_VAR", "end_step", "handle", "marked_pids", "new_cookie", "run_cookie", "running_ranks",
+def running_ranks(root: psutil.Process | int | None, cookie: str) -> tuple[int, ...]:
+    """The global ranks among the step's live processes; call it before the step is ended."""
+    return tuple(sorted({rank for rank, _ in _rank_processes(root, cookie)}))
+
+
+#: how often a :class:`RankWatch` looks at the ranks it knows (a status read each)
+WATCH_INTERVAL = 0.5
+#: a search of every process for new ranks (a launcher's restart) every this many looks
+_SEARCH_EVERY = 10
+#: a rank known to run this long before a stop from outside ran when the stop came: the time
+#: madengine may take on a loaded host to act on a signal that reached the rank in the same instant
+WATCH_WINDOW = 1.0
+
+
+class RankWatch:
+    """The ranks of a step in flight, looked at every :data:`WATCH_INTERVAL` seconds in a thread of
+    its own, so that a stop that reached the ranks too (Slurm's SIGTERM to every process of its step)
+    still names the rank that hung: by the time madengine acts on the signal, that rank may be gone.
+    A rank is known to run until the look that finds it gone, so one that ended well before the stop
+    is not named. Use it as a context manager around the step."""
+
+    def __init__(self, root: psutil.Process | int | None, cookie: str, interval: float = WATCH_INTERVAL) -> None:
+        self._root = root
+        self._cookie = cookie
+        self._interval = interval
+        self._known: list[tuple[int, psutil.Process]] = []
+        #: rank -> until when (time.monotonic()) it is known to run: the last look that saw it
+        #: running, or the first that found it gone
+        self._running_until: dict[int, float] = {}
+        self._gone: set[int] = set()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="rank-watch", daemon=True)
+
+    def __enter__(self) -> "RankWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+    def _watch(self) -> None:
+        looks = 0
+        while not self._done.is_set():
+            if not self._known or looks % _SEARCH_EVERY == 0:
+                self._known = _rank_processes(self._root, self._cookie)
+            self._look()
+            looks += 1
+            self._done.wait(self._interval)
+
+    def _look(self) -> None:
+        now = time.monotonic()
+        # is_running: the pid is still the rank's (not another process's that got it since)
+        running = {rank for rank, process in self._known if process.is_running() and _alive(process)}
+        with self._lock:
+            for rank in running:
+                self._running_until[rank] = now
+            self._gone.difference_update(running)  # a rank restarted under a new process
+            for rank in self._running_until.keys() - running - self._gone:
+                self._running_until[rank] = now
+                self._gone.add(rank)
+
+    def ranks_at_stop(self) -> tuple[int, ...]:
+        """The ranks running now, and those known to run in the :data:`WATCH_WINDOW` seconds before;
+        call it before the step is ended."""
+        since = time.monotonic() - WATCH_WINDOW
+        with self._lock:
+            recent = {rank for rank, until in self._running_until.items() if until >= since}
+        return tuple(sorted(recent.union(running_ranks(self._root, self._cookie))))
+
+
+__all__ = ["COOKIE_VAR", "RankWatch", "end_step", "handle", "marked_pids", "new_cookie", "run_cookie", "running_ranks",
            "step_processes"]
