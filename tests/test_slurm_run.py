@@ -213,6 +213,8 @@ SCRIPTS = {
     "pass.sh": 'echo "pass on $(hostname): $*"\necho "performance: $2 items/s"\n',
     "fail.sh": 'echo "about to fail"\nexit 3\n',
     "sleep.sh": 'echo "sleeping"\nsleep 600\necho "performance: 1 s"\n',
+    # node 1 starts its model step late: node 0's timeout comes first, and Slurm ends node 1
+    "late.sh": 'if [ "${NODE_RANK:-0}" = 1 ]; then sleep 15; fi\n',
     "ranks.sh": 'echo "rank $NODE_RANK of $NNODES via $MASTER_ADDR:$MASTER_PORT collect=${MAD_COLLECT_METRICS:-true}"\n'
                 'echo "interfaces nccl=${NCCL_SOCKET_IFNAME:-} gloo=${GLOO_SOCKET_IFNAME:-}"\n'
                 'echo "performance: $((NODE_RANK + 10)) nodes"\n',
@@ -355,9 +357,9 @@ def test_task_over_its_time_limit_is_a_timeout_row(timeout_job, cli, monkeypatch
 
 
 # -- torchrun on two nodes ---------------------------------------------------------------------------
-def _torch_context(mark: str, executor: str = "local") -> str:
+def _torch_context(mark: str, executor: str = "local", **more) -> str:
     return json.dumps(marked_context(mark, slurm={"executor": executor, "poll_interval": 0.3,
-                                                  "master_port": _free_port()}))
+                                                  "master_port": _free_port()}, **more))
 
 
 def _job_left(slurm_cluster, row: dict[str, str]) -> str:
@@ -417,26 +419,30 @@ def test_torchrun_on_two_nodes_in_docker_is_one_container_per_node(slurm_repo, s
                     docker_client.images.remove(tag, force=True)
 
 
-def _failed_two_node_torch_job(cli, repo: Path, tag: str, timeout: str, mark: str) -> dict:
+def _failed_two_node_torch_job(cli, repo: Path, tag: str, timeout: str, mark: str, **context) -> dict:
     """The one row of ``run --tags TAG`` on the 2-node partition, which must exit 1."""
     require_module("torch")
     result = cli("run", "--tags", tag, "--executor", "slurm", "--partition", "multi", "--timeout", timeout,
-                 "-c", _torch_context(mark))
+                 "-c", _torch_context(mark, **context))
     assert result.code == 1, result
     [row] = read_rows(repo / "perf.csv")
     return row
 
 
 def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_repo, slurm_cluster, cli):
+    """Node 1 starts its model step 15 s late (a pre-script), so node 0's timeout comes first (its
+    rank had finished: it names none) and Slurm ends node 1 with SIGTERM to every process of its
+    step, the hung rank too. Node 1's reason names that rank all the same, and comes first."""
     mark = new_mark()
     # 60 s: both nodes' ranks must have started before the timeout, which on a loaded host (the
     # second node's madengine, its torchrun and the rendezvous starting late) took more than 40 s
-    row = _failed_two_node_torch_job(cli, slurm_repo, "torchhang", "60", mark)
+    row = _failed_two_node_torch_job(cli, slurm_repo, "torchhang", "60", mark,
+                                     pre_scripts=[{"path": "scripts/sl/late.sh"}])
     assert row["status"] == "FAILURE" and row["world_size"] == "2"
-    # node 1's own timeout names its hung rank; or node 0's came first (its rank had finished) and
-    # Slurm ended node 1, whose reason names the rank still running then: node 1 comes first either way
-    first = row["reason"].split(" (also ")[0]
-    assert first.startswith("node 1: ") and "rank 1 (node 1, local rank 0) was still running" in first, row["reason"]
+    first, _, also = row["reason"].partition(" (also ")
+    assert first.startswith("node 1: interrupted by SIGTERM during model; ") and \
+        "rank 1 (node 1, local rank 0) was still running" in first, row["reason"]
+    assert also.startswith("node 0: timeout: model ran longer than 60 s"), row["reason"]
     assert_no_marked_process(mark)
     assert _job_left(slurm_cluster, row) == ""
 

@@ -286,6 +286,13 @@ def state_reason(record: JobRecord | None, task: SlurmTask) -> str | None:
     return f"Slurm state {state}" + (f" ({record.reason})" if record.reason not in ("", "None") else "")
 
 
+def _stopped_by_slurm(record: JobRecord | None) -> bool:
+    """Whether Slurm itself ended the task (its time limit, scancel, a node's failure): a task that
+    FAILED ended with its own exit status, which follows from what its rows already say (a node
+    Slurm stopped because another failed: ``srun --kill-on-bad-exit``)."""
+    return record is not None and record.state not in ("COMPLETED", "FAILED")
+
+
 def _node_number(path: Path) -> int:
     number = path.name.partition("-")[2]
     return int(number) if number.isdigit() else -1
@@ -387,7 +394,7 @@ class JobCollector:
         remove_left_work(task)
         reason = state_reason(state, task)
         node = state.node if state else ""
-        if reason is not None:  # Slurm stopped the task (time limit, scancel): its rows say so first
+        if reason is not None and _stopped_by_slurm(state):  # (time limit, scancel): its rows say so first
             for record in records:
                 if record.status == Status.FAILURE and _STOPPED_FIRST.match(record.reason):
                     record.reason = f"{reason} ({record.reason})"
