@@ -73,7 +73,6 @@ def test_the_ranks_still_running_are_named_by_their_environment():
     assert all(p.wait(timeout=10) is not None for p in (*ranks, launcher))
 
 
-
 def _wait(condition, seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -90,17 +89,18 @@ def test_a_rank_ended_by_the_same_stop_is_still_named_by_the_watch(monkeypatch):
     rank = subprocess.Popen(["sleep", "300"], env={**os.environ, COOKIE_VAR: cookie, "RANK": "1", "LOCAL_RANK": "0"})
     try:
         with RankWatch(None, cookie, interval=0.05) as watch:
-            _wait(lambda: watch.ranks_at_stop() == (1,))
-            time.sleep(0.1)  # a look or two after the rank was found
+            _wait(lambda: 1 in watch._running_until)  # a look has seen the rank running
             rank.kill()  # the stop reaches the rank first
             rank.wait()
             assert running_ranks(None, cookie) == ()  # what a look after the stop alone sees
             assert watch.ranks_at_stop() == (1,)
-            time.sleep(1.2)
+            _wait(lambda: 1 in watch._gone)  # a look has found it gone
+            time.sleep(1.5)
             assert watch.ranks_at_stop() == ()
     finally:
         rank.kill()
         rank.wait()
+
 
 def _spec(tmp_path: Path, argv: list[str]) -> RunSpec:
     model = Model(name="m", source="models.json")

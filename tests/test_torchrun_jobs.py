@@ -178,7 +178,6 @@ def test_ctrl_c_and_sigterm_end_every_rank(torch_repo, executor, mark, signum):
     assert_nothing_left(mark, executor, stderr)
 
 
-
 def test_a_stop_that_reaches_every_process_at_once_still_names_the_hung_rank(torch_repo, mark):
     """What Slurm does to a node's madengine when another node failed (``srun --kill-on-bad-exit``):
     SIGTERM to every process of its step in one pass, madengine first, its ranks too, so the hung
@@ -194,8 +193,8 @@ def test_a_stop_that_reaches_every_process_at_once_still_names_the_hung_rank(tor
                 proc.kill()
                 pytest.fail(f"no hanging rank alone: {proc.communicate()}")
             time.sleep(0.3)
-        time.sleep(2.0)  # rank 0 ended well before the stop: it is not named
-        step = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        time.sleep(3.0)  # rank 0 ended well before the stop: it is not named
+        step = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGTERM)
         for process in step:
             try:
@@ -224,6 +223,7 @@ def _environ(pid: int) -> dict[str, str]:
         return psutil.Process(pid).environ()
     except psutil.Error:
         return {}
+
 
 def _hanging(repo: Path) -> bool:
     """Rank 1 said it hangs (in its own log file, which it writes unbuffered)."""
