@@ -128,7 +128,8 @@ class LocalExecutor:
     def abort(self, run_id: str) -> None:
         with self._lock:
             steps = [running for running in self._running.values() if running.run_id == run_id]
-        enders = [threading.Thread(target=running.end, args=(True,), daemon=True) for running in steps]
+        enders = [threading.Thread(target=running.end, kwargs={"from_outside": True}, daemon=True)
+                  for running in steps]
         for ender in enders:  # every step at once: each waits its grace period
             ender.start()
         for ender in enders:

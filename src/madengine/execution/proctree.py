@@ -158,7 +158,7 @@ def _rank_processes(root: psutil.Process | int | None, cookie: str) -> list[tupl
         except psutil.Error:
             parent = 0
         if parent in processes and _rank_of(parent) == found:
-            continue
+            continue  # a data-loader worker of the rank, not the rank
         ranks.append((found[0], process))
     return ranks
 
