@@ -434,15 +434,16 @@ def test_a_hung_rank_on_one_node_is_ended_on_every_node_at_the_timeout(slurm_rep
     rank had finished: it names none) and Slurm ends node 1 with SIGTERM to every process of its
     step, the hung rank too. Node 1's reason names that rank all the same, and comes first."""
     mark = new_mark()
-    # 60 s: both nodes' ranks must have started before the timeout, which on a loaded host (the
-    # second node's madengine, its torchrun and the rendezvous starting late) took more than 40 s
-    row = _failed_two_node_torch_job(cli, slurm_repo, "torchhang", "60", mark,
+    # 90 s: both nodes' ranks must have started before the timeout, which on a loaded host (the
+    # second node's madengine, its torchrun and the rendezvous starting late) took more than 40 s,
+    # and node 1 starts 15 s later still
+    row = _failed_two_node_torch_job(cli, slurm_repo, "torchhang", "90", mark,
                                      pre_scripts=[{"path": "scripts/sl/late.sh"}])
     assert row["status"] == "FAILURE" and row["world_size"] == "2"
     first, _, also = row["reason"].partition(" (also ")
     assert first.startswith("node 1: interrupted by SIGTERM during model; ") and \
         "rank 1 (node 1, local rank 0) was still running" in first, row["reason"]
-    assert also.startswith("node 0: timeout: model ran longer than 60 s"), row["reason"]
+    assert also.startswith("node 0: timeout: model ran longer than 90 s"), row["reason"]
     assert_no_marked_process(mark)
     assert _job_left(slurm_cluster, row) == ""
 
