@@ -1,5 +1,6 @@
 """What the distributed tests share: a mark every rank of a test's jobs carries in its environment
-(through the context's ``docker_env_vars``), and the check that no process carrying it is left."""
+(through the context's ``docker_env_vars``), the check that no process carrying it is left, and a
+wait for a condition."""
 
 from __future__ import annotations
 
@@ -64,3 +65,11 @@ def make_torch_repo(repo: Path) -> Path:
         model["dockercontext"] = str(REPO / "wheels" / "pyt")
     (repo / "models.json").write_text(json.dumps(models))
     return repo
+
+
+def wait_for(condition, timeout: float = 120) -> None:
+    """Until ``condition()`` holds; fails the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.2)

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from job_helpers import wait_for
 from madengine.catalog.schema import Model
 from madengine.context import Context
 from madengine.core.spec import RunSpec, Step
@@ -73,13 +74,6 @@ def test_the_ranks_still_running_are_named_by_their_environment():
     assert all(p.wait(timeout=10) is not None for p in (*ranks, launcher))
 
 
-def _wait(condition, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not in time"
-        time.sleep(0.02)
-
-
 def test_a_rank_ended_by_the_same_stop_is_still_named_by_the_watch(monkeypatch):
     """Slurm signals every process of its step at once: the hung rank may be gone before madengine
     acts on its own signal. The watch saw it running just before; once the window has passed, a
@@ -89,12 +83,12 @@ def test_a_rank_ended_by_the_same_stop_is_still_named_by_the_watch(monkeypatch):
     rank = subprocess.Popen(["sleep", "300"], env={**os.environ, COOKIE_VAR: cookie, "RANK": "1", "LOCAL_RANK": "0"})
     try:
         with RankWatch(None, cookie, interval=0.05) as watch:
-            _wait(lambda: 1 in watch._running_until)  # a look has seen the rank running
+            wait_for(lambda: 1 in watch._running_until, timeout=10)  # a look has seen the rank running
             rank.kill()  # the stop reaches the rank first
             rank.wait()
             assert running_ranks(None, cookie) == ()  # what a look after the stop alone sees
             assert watch.ranks_at_stop() == (1,)
-            _wait(lambda: 1 in watch._gone)  # a look has found it gone
+            wait_for(lambda: 1 in watch._gone, timeout=10)  # a look has found it gone
             time.sleep(1.5)
             assert watch.ranks_at_stop() == ()
     finally:

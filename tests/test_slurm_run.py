@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, REPO, require_module, require_service, run_process
-from job_helpers import assert_no_marked_process, marked_context, new_mark
+from job_helpers import assert_no_marked_process, marked_context, new_mark, wait_for
 from madengine.results import read_rows
 
 pytestmark = pytest.mark.slurm
@@ -303,10 +303,10 @@ def test_cancelled_job_is_a_failure_row_and_merges_once(slurm_repo, slurm_cluste
     submitted = cli("run", "--tags", "sl_sleep", "sl_pass", "--executor", "slurm", "--no-wait", "-c", CONTEXT)
     assert submitted.code == 0, submitted
     job_id = re.search(r"submitted Slurm job (\d+)", submitted.stderr).group(1)
-    _wait_for(lambda: "RUNNING" in slurm_cluster.run("squeue", "-h", "-j", f"{job_id}_1", "-o", "%T").stdout)
+    wait_for(lambda: "RUNNING" in slurm_cluster.run("squeue", "-h", "-j", f"{job_id}_1", "-o", "%T").stdout)
     # sl_pass (task 0) done first: a loaded host can still be ending its task when scancel comes, and
     # what a cancel in that moment leaves is not what this test is about
-    _wait_for(lambda: "JobState=COMPLETED" in slurm_cluster.run("scontrol", "show", "job", f"{job_id}_0").stdout)
+    wait_for(lambda: "JobState=COMPLETED" in slurm_cluster.run("scontrol", "show", "job", f"{job_id}_0").stdout)
     slurm_cluster.run("scancel", job_id)
     result = cli("report", "collect", "--job", job_id, "--poll-interval", "0.3")
     assert result.code == 1, result
@@ -473,22 +473,15 @@ def test_cancelling_a_multi_node_job_leaves_no_rank_and_no_step_behind(slurm_rep
     assert submitted.code == 0, submitted
     job_id = re.search(r"submitted Slurm job (\d+)", submitted.stderr).group(1)
     pattern = "slurm_results/*/tasks/*/node-1/runs/*/*/work/madengine_ranks/node-1/*/attempt_0/0/stdout.log"
-    _wait_for(lambda: any("rank 1 hangs" in log.read_text() for log in slurm_repo.glob(pattern)), timeout=180)
+    wait_for(lambda: any("rank 1 hangs" in log.read_text() for log in slurm_repo.glob(pattern)), timeout=180)
     slurm_cluster.run("scancel", job_id)
-    _wait_for(lambda: slurm_cluster.run("squeue", "-h", "-j", job_id).stdout.strip() == "", timeout=60)
+    wait_for(lambda: slurm_cluster.run("squeue", "-h", "-j", job_id).stdout.strip() == "", timeout=60)
     assert_no_marked_process(mark)
     result = cli("report", "collect", "--job", job_id, "--poll-interval", "0.3")
     assert result.code == 1, result
     [row] = read_rows(slurm_repo / "perf.csv")
     assert row["status"] == "FAILURE" and row["model"] == "sl_torch_hang"
     assert "interrupted by SIGTERM" in row["reason"] or row["reason"].startswith("cancelled"), row["reason"]
-
-
-def _wait_for(condition, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.2)
 
 
 def test_doctor_asks_the_cluster(slurm_cluster):
